@@ -1,0 +1,1 @@
+"""localinfer.backends: ModelRunner implementations, imported lazily through localinfer.backend."""

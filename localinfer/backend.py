@@ -1,0 +1,90 @@
+"""ModelRunner: the only thing a backend implements — one scheduled batch in, logits out.
+
+Backends are registered by name and imported lazily, so `import localinfer` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+from localinfer.errors import BackendUnavailableError, InvalidRequestError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from localinfer.engine.batch import ScheduledBatch
+    from localinfer.gguf_file import GGUFFile
+    from localinfer.model_config import ModelConfig
+
+
+class ModelRunner(ABC):
+    """Owns the weights and the physical KV pool of one model.
+
+    The pool has `num_blocks` blocks of `block_size` token slots per layer; the engine's
+    BlockManager decides which block ids a sequence uses, the runner only reads and writes them.
+    """
+
+    name: str = "abstract"
+
+    def __init__(
+        self,
+        gguf: GGUFFile,
+        config: ModelConfig,
+        *,
+        num_blocks: int,
+        block_size: int,
+        threads: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.gguf = gguf
+        self.config = config
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.threads = threads
+
+    @classmethod
+    def kv_bytes_per_token(cls, config: ModelConfig) -> int:
+        """Bytes of K and V per token over all layers (f16 by default)."""
+        return 2 * config.n_layers * config.n_kv_heads * config.head_dim * 2
+
+    @abstractmethod
+    def execute(self, batch: ScheduledBatch) -> np.ndarray:
+        """Run one step: write the batch's K/V into the pool, return float32 logits of shape
+        (len(batch.logits_indices), n_vocab) in the order of batch.logits_indices."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (memory maps, threads)."""
+
+
+# name -> "module:Class"; modules are imported only when the backend is asked for
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "numba": ("localinfer.backends.numba_cpu.runner:NumbaModelRunner", "numba"),
+    "llamacpp": ("localinfer.backends.llamacpp.runner:LlamaCppModelRunner", "llamacpp"),
+}
+
+
+def register_backend(name: str, target: str, extra: str = "") -> None:
+    _REGISTRY[name] = (target, extra)
+
+
+def available_backends() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_backend(name: str) -> type[ModelRunner]:
+    if name not in _REGISTRY:
+        raise InvalidRequestError(
+            f"unknown backend {name!r} (known: {', '.join(available_backends())})"
+        )
+    target, extra = _REGISTRY[name]
+    module_name, _, cls_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f" (install it with: pip install 'localinfer[{extra}]')" if extra else ""
+        raise BackendUnavailableError(
+            f"backend {name!r} is not available: {exc}{hint}"
+        ) from exc
+    return getattr(module, cls_name)

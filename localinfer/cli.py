@@ -1,0 +1,71 @@
+"""The `localinfer` command: one argparse dispatcher; each subcommand's module loads lazily."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from localinfer.errors import LocalInferError
+
+# subcommand -> (module under localinfer.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "generate a reply to one prompt and stream it to stdout"),
+    "pull": ("models", "download a catalog model into the local cache"),
+    "list": ("models", "list catalog models and which are pulled"),
+    "rm": ("models", "remove a pulled model from the cache"),
+    "info": ("info", "describe a GGUF model: architecture, sizes, tensor types, memory"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localinfer", description="CPU-first local LLM inference on GGUF models."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks on errors")
+        _module(module).add_arguments(name, p)
+    return parser
+
+
+def _module(name: str):  # type: ignore[no-untyped-def]
+    return importlib.import_module(f"localinfer.commands.{name}")
+
+
+def _version() -> str:
+    from localinfer import __version__
+
+    return f"localinfer {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or bool(os.environ.get("LOCALINFER_DEBUG"))
+    module, _ = COMMANDS[args.command]
+    try:
+        return int(_module(module).main(args.command, args) or 0)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`); nothing left to report
+        sys.stderr.close()
+        return 141
+    except (LocalInferError, OSError) as exc:
+        if debug:
+            raise
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"localinfer: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

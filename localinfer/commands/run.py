@@ -1,0 +1,72 @@
+"""`localinfer run PROMPT`: one-shot generation streamed to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from localinfer.errors import InvalidRequestError
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument("prompt", nargs="?", help="the prompt ('-' or omitted: read stdin)")
+    p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
+    p.add_argument("--backend", default="numba", help="numba (default)")
+    p.add_argument("--max-tokens", "-n", type=int, default=256)
+    p.add_argument("--temperature", "-t", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--raw", action="store_true", help="no chat template: the prompt as is")
+    p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, help="context length (default: the model's, up to 8192)")
+    p.add_argument("--stats", action="store_true", help="print TTFT and tok/s afterwards")
+
+
+def main(name: str, args: argparse.Namespace) -> int:
+    from localinfer.llm import LLM
+    from localinfer.sampling_params import SamplingParams
+
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        if sys.stdin.isatty():
+            raise InvalidRequestError("no prompt given (pass it as an argument or on stdin)")
+        prompt = sys.stdin.read()
+    params = SamplingParams(
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repeat_penalty,
+        seed=args.seed,
+        stop=args.stop,
+    )
+    llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
+              progress=True)
+    if args.raw:
+        request: str | list[dict[str, str]] = prompt
+    else:
+        request = [{"role": "user", "content": prompt}]
+        if args.system:
+            request.insert(0, {"role": "system", "content": args.system})
+    start = time.perf_counter()
+    outputs = []
+    try:
+        for out in llm.stream(request, params):
+            if out.text:
+                sys.stdout.write(out.text)
+                sys.stdout.flush()
+            outputs.append(out)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if args.stats:
+            print(llm.format_stats(llm.stats_of(outputs, start)), file=sys.stderr)
+    finally:
+        llm.close()
+    return 0

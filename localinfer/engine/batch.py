@@ -1,0 +1,30 @@
+"""ScheduledBatch: what the scheduler hands a backend for one step.
+
+Plain Python lists only (the scheduler depends on no array framework); backends convert them.
+Tokens of all scheduled sequences are laid out flat, sequence after sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    seq_ids: list[int]  # one per scheduled sequence
+    token_ids: list[int]  # (n_tokens,) flat
+    positions: list[int]  # (n_tokens,) absolute position of each token in its sequence
+    seq_starts: list[int]  # (n_seqs + 1,) tokens of sequence i are [seq_starts[i], seq_starts[i+1])
+    context_lens: list[int]  # (n_seqs,) KV length of each sequence once this step is written
+    block_tables: list[list[int]]  # (n_seqs, n_blocks_i) physical KV block ids, in order
+    slot_mapping: list[int]  # (n_tokens,) block_id * block_size + offset where each new K/V goes
+    logits_indices: list[int]  # flat token indices whose logits the step must return, in order
+    block_size: int
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)

@@ -1,0 +1,235 @@
+"""LLM: the Python API — load a model once, then generate, stream or score.
+
+    from localinfer import LLM, SamplingParams
+    llm = LLM("smollm2-135m")
+    print(llm.generate(["Hello"], SamplingParams(max_tokens=32))[0].text)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from localinfer.errors import InvalidRequestError
+from localinfer.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from localinfer.engine.outputs import RequestOutput
+
+# a raw text prompt, a chat (list of messages), or token ids
+Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    ttft_s: float = 0.0  # request arrival -> first token
+    decode_s: float = 0.0  # first token -> last token
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prefill_tps(self) -> float:
+        return (self.num_prompt_tokens - self.num_cached_tokens) / max(self.ttft_s, 1e-9)
+
+    @property
+    def decode_tps(self) -> float:
+        return max(len(self.token_ids) - 1, 0) / max(self.decode_s, 1e-9)
+
+
+class LLM:
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | None = None,
+        backend: str = "numba",
+        *,
+        threads: int | None = None,
+        max_model_len: int | None = None,
+        kv_cache_mb: float | None = None,
+        max_num_seqs: int = 16,
+        max_num_batched_tokens: int = 512,
+        block_size: int = 16,
+        enable_prefix_caching: bool = True,
+        progress: bool = False,
+    ) -> None:
+        from localinfer.backend import get_backend
+        from localinfer.catalog import Catalog
+        from localinfer.chat_template import ChatTemplate
+        from localinfer.engine.config import EngineConfig
+        from localinfer.engine.llm_engine import LLMEngine
+        from localinfer.gguf_file import open_gguf
+        from localinfer.model_config import ModelConfig
+        from localinfer.tokenizer import Tokenizer
+
+        self.path: Path = Catalog.load().resolve(model, progress=progress)
+        self.gguf = open_gguf(self.path)
+        try:
+            self.config = ModelConfig.from_gguf(self.gguf)
+            self.config.check_tensors(self.gguf)
+            self.tokenizer = Tokenizer.from_gguf(self.gguf.metadata)
+            self.chat_template = ChatTemplate.from_gguf(self.gguf.metadata, self.tokenizer)
+            runner_cls = get_backend(backend)
+            max_len = min(max_model_len or min(self.config.n_ctx_train, 8192),
+                          self.config.n_ctx_train)
+            self.engine_config = EngineConfig.for_model(
+                runner_cls.kv_bytes_per_token(self.config),
+                block_size=block_size,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_len,
+                kv_cache_mb=kv_cache_mb,
+                enable_prefix_caching=enable_prefix_caching,
+            )
+            runner = runner_cls(
+                self.gguf,
+                self.config,
+                num_blocks=self.engine_config.num_blocks,
+                block_size=block_size,
+                threads=threads,
+                progress=progress,
+            )
+        except BaseException:
+            self.gguf.close()
+            raise
+        self.backend = backend
+        self.engine = LLMEngine(runner, self.tokenizer, self.engine_config)
+        self._lock = threading.Lock()  # one caller drives the engine at a time
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids for a text prompt, a chat (chat template applied) or ids as given."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_special=True, parse_special=False)
+        if isinstance(prompt, Sequence) and prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt)  # type: ignore[arg-type]
+        text = self.chat_template.render(prompt, add_generation_prompt=True)
+        ids = self.tokenizer.encode(text, add_special=True, parse_special=True)
+        bos = self.tokenizer.bos_id
+        # templates often write the BOS text themselves; never feed it twice
+        if len(ids) > 1 and bos is not None and ids[0] == bos and ids[1] == bos:
+            ids = ids[1:]
+        return ids
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(
+        self, prompts: Prompt | Sequence[Prompt], params: SamplingParams | None = None
+    ) -> list[GenerationResult]:
+        """Generate for one prompt or a list of prompts, batched through the scheduler."""
+        params = params or SamplingParams()
+        batch = self._as_batch(prompts)
+        with self._lock:
+            ids = [self.engine.add_request(self.encode(p), params) for p in batch]
+            results: dict[int, GenerationResult] = {
+                i: self._empty_result() for i in ids
+            }
+            starts = {i: time.perf_counter() for i in ids}
+            try:
+                while self.engine.has_unfinished_requests():
+                    for out in self.engine.step():
+                        self._accumulate(results[out.seq_id], out, starts[out.seq_id])
+            except BaseException:
+                for i in ids:
+                    self.engine.abort_request(i)
+                raise
+        return [results[i] for i in ids]
+
+    def stream(
+        self, prompt: Prompt, params: SamplingParams | None = None
+    ) -> Iterator[RequestOutput]:
+        """Yield output deltas (text, token ids, finish reason) as they are generated."""
+        params = params or SamplingParams()
+        with self._lock:
+            seq_id = self.engine.add_request(self.encode(prompt), params)
+            finished = False
+            try:
+                while not finished and self.engine.has_unfinished_requests():
+                    for out in self.engine.step():
+                        if out.seq_id == seq_id:
+                            finished = out.finished
+                            yield out
+            finally:
+                if not finished:
+                    self.engine.abort_request(seq_id)
+
+    def score(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Teacher-forced logits, float32 (len(token_ids), n_vocab): row i predicts token i+1."""
+        if not token_ids:
+            raise InvalidRequestError("score() needs at least one token")
+        params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+        with self._lock:
+            seq_id = self.engine.add_request(list(token_ids), params, prompt_logits=True)
+            logits = None
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.seq_id == seq_id and out.prompt_logits is not None:
+                        logits = out.prompt_logits
+        if logits is None:
+            raise RuntimeError("engine returned no prompt logits")
+        return logits
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _as_batch(self, prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+        if isinstance(prompts, str):
+            return [prompts]
+        if isinstance(prompts, Sequence) and prompts:
+            first = prompts[0]
+            if isinstance(first, (dict, int)):
+                return [prompts]  # one chat, or one list of token ids
+            return list(prompts)
+        raise InvalidRequestError("prompts must be a string, a chat or a non-empty list of them")
+
+    @staticmethod
+    def _empty_result() -> GenerationResult:
+        return GenerationResult("", [], None, 0, 0)
+
+    @staticmethod
+    def _accumulate(res: GenerationResult, out: RequestOutput, start: float) -> None:
+        now = time.perf_counter()
+        if out.token_ids and not res.token_ids:
+            res.ttft_s = now - start
+        res.text += out.text
+        res.token_ids.extend(out.token_ids)
+        res.num_prompt_tokens = out.num_prompt_tokens
+        res.num_cached_tokens = out.num_cached_tokens
+        if res.token_ids:
+            res.decode_s = now - start - res.ttft_s
+        if out.finished:
+            res.finish_reason = out.finish_reason
+
+    def stats_of(self, outputs: Sequence[RequestOutput], start: float) -> GenerationResult:
+        res = self._empty_result()
+        for out in outputs:
+            self._accumulate(res, out, start)
+        return res
+
+    @staticmethod
+    def format_stats(res: GenerationResult) -> str:
+        return (
+            f"prompt {res.num_prompt_tokens} tokens ({res.num_cached_tokens} cached), "
+            f"generated {len(res.token_ids)} tokens, finish {res.finish_reason}\n"
+            f"TTFT {res.ttft_s * 1000:.0f} ms, prefill {res.prefill_tps:.1f} tok/s, "
+            f"decode {res.decode_tps:.1f} tok/s"
+        )
+
+    def close(self) -> None:
+        self.engine.runner.close()
+        self.gguf.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

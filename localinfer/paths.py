@@ -1,0 +1,27 @@
+"""Where localinfer keeps its files: models, compiled kernels, conversations.
+
+Everything lives under platformdirs' user cache dir unless LOCALINFER_HOME points elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    env = os.environ.get("LOCALINFER_HOME")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("localinfer", appauthor=False))
+
+
+def models_dir() -> Path:
+    return home() / "models"
+
+
+def kernel_cache_dir() -> Path:
+    """Numba's on-disk cache of compiled kernels (NUMBA_CACHE_DIR)."""
+    return home() / "numba"

@@ -1,0 +1,1 @@
+"""localinfer.quant: GGUF quantization (a later issue)."""

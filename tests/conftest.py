@@ -1,0 +1,32 @@
+"""Shared fixtures: the real SmolLM2 GGUF (pulled once into the cache) and a llama.cpp reference."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    env = os.environ.get("LOCALINFER_TEST_MODEL")
+    if env:
+        return Path(env)
+    from localinfer.catalog import Catalog
+
+    return Catalog.load().ensure("smollm2-135m", progress=False)
+
+
+@pytest.fixture(scope="session")
+def llama_ref(smollm2_path: Path):
+    """llama-cpp-python on the same file: the parity reference (logits for every position)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    return llama_cpp.Llama(
+        model_path=str(smollm2_path),
+        n_ctx=2048,
+        n_batch=512,
+        n_threads=2,
+        logits_all=True,
+        verbose=False,
+    )

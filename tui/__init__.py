@@ -1,0 +1,1 @@
+"""localinfer.tui: the Textual chat app (a later issue)."""
