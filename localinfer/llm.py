@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from localinfer.engine.outputs import RequestOutput
 
 # a raw text prompt, a chat (list of messages), or token ids
+DEFAULT_MAX_MODEL_LEN = 4096
+
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 
 
@@ -79,21 +81,23 @@ class LLM:
             self.tokenizer = Tokenizer.from_gguf(self.gguf.metadata)
             self.chat_template = ChatTemplate.from_gguf(self.gguf.metadata, self.tokenizer)
             runner_cls = get_backend(backend)
-            max_len = min(max_model_len or min(self.config.n_ctx_train, 8192),
-                          self.config.n_ctx_train)
-            self.engine_config = EngineConfig.for_model(
-                runner_cls.kv_bytes_per_token(self.config),
+            # like llama.cpp, default to a modest context; --ctx / max_model_len raises it
+            max_len = min(max_model_len or DEFAULT_MAX_MODEL_LEN, self.config.n_ctx_train)
+            self.engine_config = EngineConfig(
+                max_model_len=max_len,
                 block_size=block_size,
                 max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens,
-                max_model_len=max_len,
                 kv_cache_mb=kv_cache_mb,
                 enable_prefix_caching=enable_prefix_caching,
+            )
+            num_blocks = self.engine_config.resolve_num_blocks(
+                runner_cls.kv_bytes_per_token(self.config)
             )
             runner = runner_cls(
                 self.gguf,
                 self.config,
-                num_blocks=self.engine_config.num_blocks,
+                num_blocks=num_blocks,
                 block_size=block_size,
                 threads=threads,
                 progress=progress,

@@ -24,7 +24,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--raw", action="store_true", help="no chat template: the prompt as is")
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, help="context length (default: the model's, up to 8192)")
+    p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
     p.add_argument("--stats", action="store_true", help="print TTFT and tok/s afterwards")
 
 

@@ -1,0 +1,204 @@
+"""LLMEngine: requests in, streamed RequestOutputs out; one step = one forward pass.
+
+    batch  = scheduler.schedule()              # which tokens of which sequences
+    logits = runner.execute(batch)              # the backend
+    tokens = sampler(logits, seqs)              # per-request sampling
+    seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks
+    then text: incremental detokenization and stop strings
+
+Context policy: a prompt longer than the usable context (max_model_len, or the KV pool if
+that is smaller) is rejected at add_request with ContextLengthExceededError. A prompt that
+fits but leaves less room than max_tokens is accepted; it ends with finish_reason "length"
+when it reaches the context limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from localinfer.backend import ModelRunner
+from localinfer.engine.batch import ScheduledBatch
+from localinfer.engine.block_manager import BlockManager
+from localinfer.engine.config import EngineConfig
+from localinfer.engine.outputs import EngineStats, RequestOutput
+from localinfer.engine.sampler import Sampler, make_generator
+from localinfer.engine.scheduler import Scheduler
+from localinfer.engine.sequence import Sequence
+from localinfer.engine.text_stream import TextStream
+from localinfer.errors import ContextLengthExceededError, InvalidRequestError
+from localinfer.sampling_params import SamplingParams
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer: Any,
+        config: EngineConfig,
+        detokenizer_cls: Any = None,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.config = config
+        if config.num_blocks is None:
+            config.num_blocks = runner.num_blocks
+        if (config.num_blocks, config.block_size) != (runner.num_blocks, runner.block_size):
+            raise InvalidRequestError(
+                f"engine config ({config.num_blocks} blocks of {config.block_size}) does not "
+                f"match the runner's KV pool ({runner.num_blocks} of {runner.block_size})"
+            )
+        if detokenizer_cls is None:
+            from localinfer.tokenizer import IncrementalDetokenizer as detokenizer_cls
+        self.detokenizer_cls = detokenizer_cls
+        self.block_manager = BlockManager(
+            config.num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config, self.block_manager, tokenizer.eog_ids)
+        self.sampler = Sampler()
+        self.streams: dict[int, TextStream] = {}
+        self._seq_ids = itertools.count()
+        self._pending: list[RequestOutput] = []  # abort outputs, emitted by the next step
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    @property
+    def max_model_len(self) -> int:
+        return self.scheduler.max_model_len
+
+    def add_request(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        prompt_logits: bool = False,
+    ) -> int:
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise InvalidRequestError("invalid prompt: it has no tokens")
+        n_vocab = self.tokenizer.n_vocab
+        bad = [t for t in prompt_token_ids if not 0 <= t < n_vocab]
+        if bad:
+            raise InvalidRequestError(f"invalid prompt: token id {bad[0]} not in [0, {n_vocab})")
+        if n > self.max_model_len:
+            exc = ContextLengthExceededError(n, self.max_model_len)
+            if self.max_model_len < self.config.max_model_len:
+                exc.args = (f"{exc} (the KV cache holds {self.max_model_len} tokens)",)
+            raise exc
+        params.validate()
+        seq_id = next(self._seq_ids)
+        seq = Sequence(
+            seq_id=seq_id,
+            request_id=request_id if request_id is not None else f"req-{seq_id}",
+            token_ids=list(prompt_token_ids),
+            sampling_params=params,
+            prompt_logits=prompt_logits,
+            generator=make_generator(params),
+        )
+        self.streams[seq_id] = TextStream(
+            self.detokenizer_cls(self.tokenizer), params.stop, params.include_stop_str_in_output
+        )
+        self.scheduler.add(seq)
+        self.prompt_tokens_total += n
+        return seq_id
+
+    def abort_request(self, seq_id: int) -> None:
+        """Free the request's blocks now; its final output (reason "abort") comes with the
+        next step(). Unknown or finished ids are ignored."""
+        seq = self.scheduler.abort(seq_id)
+        if seq is not None:
+            self.streams.pop(seq_id, None)
+            self._pending.append(self._output(seq, "", []))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    def step(self) -> list[RequestOutput]:
+        outputs, self._pending = self._pending, []
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return outputs
+        logits = self.runner.execute(batch)
+        sample_seqs, sample_rows = self._collect_logits(batch, logits)
+        tokens = self.sampler(logits[sample_rows], sample_seqs)
+        sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
+        for seq in self.scheduler.postprocess(batch, sampled):
+            outputs.append(self._process_token(seq))
+        return outputs
+
+    def _collect_logits(
+        self, batch: ScheduledBatch, logits: np.ndarray
+    ) -> tuple[list[Sequence], list[int]]:
+        """Which logits row each sampling sequence uses; stores prompt-logits rows."""
+        row_of = {flat: row for row, flat in enumerate(batch.logits_indices)}
+        seqs: list[Sequence] = []
+        rows: list[int] = []
+        for i, seq_id in enumerate(batch.seq_ids):
+            seq = self.scheduler.seqs.get(seq_id)
+            if seq is None:
+                continue  # aborted while the step ran
+            start, end = batch.seq_starts[i], batch.seq_starts[i + 1]
+            if seq.prompt_logits:
+                first_pos = batch.positions[start]
+                for flat in range(start, end):
+                    if first_pos + flat - start < seq.num_prompt_tokens:
+                        seq.prompt_logits_rows.append(logits[row_of[flat]].copy())
+            if batch.context_lens[i] == seq.num_tokens:  # the last token was computed
+                seqs.append(seq)
+                rows.append(row_of[end - 1])
+        return seqs, rows
+
+    def _process_token(self, seq: Sequence) -> RequestOutput:
+        token = seq.last_token_id
+        self.generation_tokens_total += 1
+        stream = self.streams[seq.seq_id]
+        params = seq.sampling_params
+        stopped_by_token = seq.finish_reason == "stop" and (
+            token in params.stop_token_ids
+            or (token in self.tokenizer.eog_ids and not params.ignore_eos)
+        )
+        text = "" if stopped_by_token else stream.add(token)
+        if stream.stopped and not seq.is_finished:
+            self.scheduler.finish_stopped(seq)
+        if seq.is_finished:
+            text += stream.finish()
+            del self.streams[seq.seq_id]
+        return self._output(seq, text, [token])
+
+    def _output(self, seq: Sequence, text: str, token_ids: list[int]) -> RequestOutput:
+        finished = seq.is_finished
+        prompt_logits = None
+        if finished and seq.prompt_logits and seq.prompt_logits_rows:
+            prompt_logits = np.stack(seq.prompt_logits_rows).astype(np.float32, copy=False)
+            seq.prompt_logits_rows.clear()
+        return RequestOutput(
+            seq_id=seq.seq_id,
+            request_id=seq.request_id,
+            text=text,
+            token_ids=token_ids,
+            finished=finished,
+            finish_reason=seq.finish_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            num_output_tokens=seq.num_output_tokens,
+            arrival_time=seq.arrival_time,
+            first_token_time=seq.first_token_time,
+            prompt_logits=prompt_logits,
+        )
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_blocks_used=bm.num_used_blocks,
+            kv_blocks_total=bm.num_blocks,
+            block_size=bm.block_size,
+            prefix_cache_hit_tokens=bm.prefix_hit_tokens,
+            prefix_cache_queried_tokens=bm.prefix_queried_tokens,
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+            num_preemptions=self.scheduler.num_preemptions,
+        )

@@ -1,0 +1,49 @@
+"""RequestOutput (one streamed delta of one request) and EngineStats (a snapshot)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    seq_id: int
+    request_id: str
+    text: str  # new text since the previous output of this request
+    token_ids: list[int]  # new token ids since the previous output
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | "abort" | None
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+    num_output_tokens: int  # all output tokens so far
+    arrival_time: float  # time.perf_counter() at add_request
+    first_token_time: float | None
+    prompt_logits: np.ndarray | None = None  # (n_prompt, n_vocab) float32, when asked for
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    block_size: int
+    prefix_cache_hit_tokens: int
+    prefix_cache_queried_tokens: int
+    prompt_tokens_total: int  # prompt tokens of all requests added
+    generation_tokens_total: int  # tokens sampled
+    num_preemptions: int
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        q = self.prefix_cache_queried_tokens
+        return self.prefix_cache_hit_tokens / q if q else 0.0

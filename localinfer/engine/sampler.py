@@ -1,0 +1,107 @@
+"""Sampler: small composable numpy functions over one sequence's logits.
+
+Order as llama.cpp's default chain: penalties, top-k, top-p, min-p, temperature, then a draw
+from the sequence's own Generator (so a seeded request does not depend on what else is in
+the batch). Temperature 0 is greedy: argmax, ties to the lowest token id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from localinfer.engine.sequence import Sequence
+from localinfer.sampling_params import SamplingParams
+
+
+def apply_penalties(logits: np.ndarray, recent: list[int], p: SamplingParams) -> np.ndarray:
+    """Repetition penalty (llama.cpp: divide positive, multiply negative logits of seen
+    tokens), then presence and frequency penalties, over the recent tokens."""
+    if not recent:
+        return logits
+    counts = Counter(recent)
+    ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+    n = np.fromiter(counts.values(), dtype=np.float32, count=len(counts))
+    x = logits[ids]
+    if p.repetition_penalty != 1.0:
+        x = np.where(x > 0, x / p.repetition_penalty, x * p.repetition_penalty)
+    x = x - n * p.frequency_penalty - p.presence_penalty
+    logits[ids] = x
+    return logits
+
+
+def top_k(logits: np.ndarray, k: int) -> np.ndarray:
+    if 0 < k < logits.shape[0]:
+        kth = np.partition(logits, -k)[-k]
+        logits[logits < kth] = -np.inf
+    return logits
+
+
+def top_p(logits: np.ndarray, p: float) -> np.ndarray:
+    """Keep the most likely tokens whose probabilities first reach p together."""
+    if p >= 1.0:
+        return logits
+    alive = np.flatnonzero(np.isfinite(logits))
+    order = alive[np.argsort(-logits[alive], kind="stable")]
+    probs = softmax(logits[order])
+    n_keep = int(np.searchsorted(np.cumsum(probs), p)) + 1  # includes the one crossing p
+    logits[order[n_keep:]] = -np.inf
+    return logits
+
+
+def min_p(logits: np.ndarray, p: float) -> np.ndarray:
+    """Drop tokens whose probability is below p times the most likely one's."""
+    if p <= 0.0:
+        return logits
+    logits[logits < logits.max() + np.log(p)] = -np.inf
+    return logits
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def greedy(logits: np.ndarray) -> int:
+    return int(np.argmax(logits))  # first maximum: ties go to the lowest id
+
+
+def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    probs = softmax(logits.astype(np.float64) / temperature)
+    cdf = np.cumsum(probs)
+    i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return min(i, logits.shape[0] - 1)
+
+
+def recent_tokens(seq: Sequence, last_n: int) -> list[int]:
+    if last_n == 0:
+        return []
+    return seq.token_ids if last_n < 0 else seq.token_ids[-last_n:]
+
+
+def make_generator(params: SamplingParams) -> np.random.Generator:
+    return np.random.default_rng(params.seed)
+
+
+class Sampler:
+    def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
+        """logits: (n_seqs, n_vocab) float32, row i for seqs[i]. Returns one token each."""
+        return [self.sample_one(logits[i], seq) for i, seq in enumerate(seqs)]
+
+    def sample_one(self, row: np.ndarray, seq: Sequence) -> int:
+        p = seq.sampling_params
+        has_penalty = (
+            p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+        )
+        if p.greedy and not has_penalty:
+            return greedy(row)
+        x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
+        if has_penalty:
+            x = apply_penalties(x, recent_tokens(seq, p.penalty_last_n), p)
+        if p.greedy:
+            return greedy(x)
+        x = min_p(top_p(top_k(x, p.top_k), p.top_p), p.min_p)
+        if seq.generator is None:
+            seq.generator = make_generator(p)
+        return sample(x, p.temperature, seq.generator)

@@ -1,0 +1,185 @@
+"""Scheduler: continuous batching with chunked prefill under a token and a KV-block budget.
+
+Each step: running sequences that decode (one token each) first, then prefill chunks of
+running sequences whose prompt is partly computed, then waiting sequences in arrival order.
+A waiting sequence is admitted only when blocks for all its tokens are free (minus what the
+prefix cache already holds); a decode that needs a new block and finds none preempts the
+newest running sequence by recompute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from localinfer.engine.batch import ScheduledBatch
+from localinfer.engine.block_manager import BlockManager
+from localinfer.engine.config import EngineConfig
+from localinfer.engine.sequence import Sequence, SequenceStatus
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: EngineConfig,
+        block_manager: BlockManager,
+        eog_token_ids: Iterable[int] = (),
+    ) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.block_size = block_manager.block_size
+        # tokens a sequence may reach: the context length, or the pool if that is smaller
+        self.max_model_len = min(config.max_model_len, block_manager.num_blocks * self.block_size)
+        self.eog_token_ids = frozenset(eog_token_ids)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: the newest is last
+        self.seqs: dict[int, Sequence] = {}  # every unfinished sequence by id
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.seqs[seq.seq_id] = seq
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.seqs)
+
+    def schedule(self) -> ScheduledBatch | None:
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[tuple[Sequence, int]] = []
+        decodes = [s for s in self.running if s.num_uncomputed_tokens == 1]
+        prefills = [s for s in self.running if s.num_uncomputed_tokens > 1]
+        num_preemptions = self.num_preemptions
+        for seq in decodes:
+            if budget < 1 or len(scheduled) >= self.config.max_num_seqs:
+                break
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            if not self._make_room(seq):
+                continue  # it preempted itself
+            self.block_manager.may_append(seq)
+            scheduled.append((seq, 1))
+            budget -= 1
+        for seq in prefills:
+            if budget < 1 or len(scheduled) >= self.config.max_num_seqs:
+                break
+            if seq.status is SequenceStatus.RUNNING:
+                n = min(seq.num_uncomputed_tokens, budget)
+                scheduled.append((seq, n))
+                budget -= n
+        # after a preemption the pool is tight: admitting now would only thrash
+        admit = self.num_preemptions == num_preemptions
+        while admit and self.waiting and budget >= 1 and len(scheduled) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.block_manager.can_allocate(seq):
+                break  # first come, first served: later requests wait too
+            self.waiting.popleft()
+            self.block_manager.allocate(seq)
+            seq.status = SequenceStatus.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.perf_counter()
+            self.running.append(seq)
+            n = min(seq.num_uncomputed_tokens, budget)
+            scheduled.append((seq, n))
+            budget -= n
+        return self._build_batch(scheduled) if scheduled else None
+
+    def _make_room(self, seq: Sequence) -> bool:
+        """Preempt the newest running sequences until seq can grow; False if seq itself
+        was the one preempted."""
+        while not self.block_manager.can_append(seq):
+            victim = self.running[-1]
+            self.preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def preempt(self, seq: Sequence) -> None:
+        """Free the sequence's blocks and put it at the front of the queue; everything it
+        has (prompt and generated tokens) is recomputed when it is admitted again."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        seq.prompt_logits_rows.clear()
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _build_batch(self, scheduled: list[tuple[Sequence, int]]) -> ScheduledBatch:
+        bs = self.block_size
+        batch = ScheduledBatch([], [], [], [0], [], [], [], [], bs)
+        for seq, n in scheduled:
+            start = seq.num_computed_tokens
+            end = start + n
+            flat0 = batch.num_tokens
+            batch.seq_ids.append(seq.seq_id)
+            batch.token_ids.extend(seq.token_ids[start:end])
+            batch.positions.extend(range(start, end))
+            table = seq.block_table
+            batch.slot_mapping.extend(table[p // bs] * bs + p % bs for p in range(start, end))
+            batch.seq_starts.append(flat0 + n)
+            batch.context_lens.append(end)
+            batch.block_tables.append(list(table))
+            if seq.prompt_logits and start < seq.num_prompt_tokens:
+                last = min(end, seq.num_prompt_tokens)
+                batch.logits_indices.extend(range(flat0, flat0 + last - start))
+                if end == seq.num_tokens and end > last:
+                    batch.logits_indices.append(flat0 + n - 1)
+            elif end == seq.num_tokens:  # the chunk reaches the last token: sample from it
+                batch.logits_indices.append(flat0 + n - 1)
+        return batch
+
+    def postprocess(self, batch: ScheduledBatch, sampled: dict[int, int]) -> list[Sequence]:
+        """Advance every scheduled sequence by its computed tokens and append the sampled
+        token (seq_id -> token id) of those that sampled; finish those that are done.
+        Returns the sequences that got a token, finished ones included."""
+        updated: list[Sequence] = []
+        for i, seq_id in enumerate(batch.seq_ids):
+            seq = self.seqs.get(seq_id)
+            if seq is None or seq.status is not SequenceStatus.RUNNING:
+                continue  # aborted while the step ran
+            seq.num_computed_tokens = batch.context_lens[i]
+            self.block_manager.cache_computed_blocks(seq)
+            token = sampled.get(seq_id)
+            if token is None:
+                continue
+            seq.append_token(token)
+            if seq.first_token_time is None:
+                seq.first_token_time = time.perf_counter()
+            status = self._check_stop(seq, token)
+            if status is not None:
+                self.finish(seq, status)
+            updated.append(seq)
+        return updated
+
+    def _check_stop(self, seq: Sequence, token: int) -> SequenceStatus | None:
+        params = seq.sampling_params
+        if (token in self.eog_token_ids and not params.ignore_eos) or (
+            token in params.stop_token_ids
+        ):
+            return SequenceStatus.FINISHED_STOPPED
+        if seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            return SequenceStatus.FINISHED_LENGTH
+        return None
+
+    def finish(self, seq: Sequence, status: SequenceStatus) -> None:
+        """End a sequence (stop, length or abort) and free its blocks at once."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self.block_manager.free(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        seq.status = status
+        seq.finished_time = time.perf_counter()
+        self.seqs.pop(seq.seq_id, None)
+
+    def finish_stopped(self, seq: Sequence) -> None:
+        """A stop string matched (decided by the engine, which owns the text)."""
+        self.finish(seq, SequenceStatus.FINISHED_STOPPED)
+
+    def abort(self, seq_id: int) -> Sequence | None:
+        seq = self.seqs.get(seq_id)
+        if seq is not None:
+            self.finish(seq, SequenceStatus.FINISHED_ABORTED)
+        return seq
