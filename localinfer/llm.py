@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from localinfer.engine.outputs import RequestOutput
 
 # a raw text prompt, a chat (list of messages), or token ids
-DEFAULT_MAX_MODEL_LEN = 4096
-
 Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 
 
@@ -67,7 +65,7 @@ class LLM:
         from localinfer.backend import get_backend
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate
-        from localinfer.engine.config import EngineConfig
+        from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN, EngineConfig
         from localinfer.engine.llm_engine import LLMEngine
         from localinfer.gguf_file import open_gguf
         from localinfer.model_config import ModelConfig
@@ -81,7 +79,6 @@ class LLM:
             self.tokenizer = Tokenizer.from_gguf(self.gguf.metadata)
             self.chat_template = ChatTemplate.from_gguf(self.gguf.metadata, self.tokenizer)
             runner_cls = get_backend(backend)
-            # like llama.cpp, default to a modest context; --ctx / max_model_len raises it
             max_len = min(max_model_len or DEFAULT_MAX_MODEL_LEN, self.config.n_ctx_train)
             self.engine_config = EngineConfig(
                 max_model_len=max_len,

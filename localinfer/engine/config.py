@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from localinfer.errors import InvalidRequestError
 
+# like llama.cpp, a modest default context; callers raise it up to the model's trained length
+DEFAULT_MAX_MODEL_LEN = 4096
+
 
 @dataclass(slots=True)
 class EngineConfig:
