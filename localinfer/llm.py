@@ -29,14 +29,36 @@ Prompt = str | Sequence[dict[str, Any]] | Sequence[int]
 
 @dataclass(slots=True)
 class GenerationResult:
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_cached_tokens: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
     ttft_s: float = 0.0  # request arrival -> first token
     decode_s: float = 0.0  # first token -> last token
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, out: RequestOutput, start: float) -> None:
+        """Fold one streamed delta in; `start` is when the request was made (perf_counter)."""
+        now = time.perf_counter()
+        if out.token_ids and not self.token_ids:
+            self.ttft_s = now - start
+        self.text += out.text
+        self.token_ids.extend(out.token_ids)
+        self.num_prompt_tokens = out.num_prompt_tokens
+        self.num_cached_tokens = out.num_cached_tokens
+        if self.token_ids:
+            self.decode_s = now - start - self.ttft_s
+        if out.finished:
+            self.finish_reason = out.finish_reason
+
+    def summary(self) -> str:
+        return (
+            f"prompt {self.num_prompt_tokens} tokens ({self.num_cached_tokens} cached), "
+            f"generated {len(self.token_ids)} tokens, finish {self.finish_reason}\n"
+            f"TTFT {self.ttft_s * 1000:.0f} ms, prefill {self.prefill_tps:.1f} tok/s, "
+            f"decode {self.decode_tps:.1f} tok/s"
+        )
 
     @property
     def prefill_tps(self) -> float:
@@ -133,13 +155,14 @@ class LLM:
         with self._lock:
             ids = [self.engine.add_request(self.encode(p), params) for p in batch]
             results: dict[int, GenerationResult] = {
-                i: self._empty_result() for i in ids
+                i: GenerationResult() for i in ids
             }
             starts = {i: time.perf_counter() for i in ids}
             try:
                 while self.engine.has_unfinished_requests():
                     for out in self.engine.step():
-                        self._accumulate(results[out.seq_id], out, starts[out.seq_id])
+                        if out.seq_id in results:  # not a leftover of an abandoned stream
+                            results[out.seq_id].add(out, starts[out.seq_id])
             except BaseException:
                 for i in ids:
                     self.engine.abort_request(i)
@@ -191,39 +214,6 @@ class LLM:
                 return [prompts]  # one chat, or one list of token ids
             return list(prompts)
         raise InvalidRequestError("prompts must be a string, a chat or a non-empty list of them")
-
-    @staticmethod
-    def _empty_result() -> GenerationResult:
-        return GenerationResult("", [], None, 0, 0)
-
-    @staticmethod
-    def _accumulate(res: GenerationResult, out: RequestOutput, start: float) -> None:
-        now = time.perf_counter()
-        if out.token_ids and not res.token_ids:
-            res.ttft_s = now - start
-        res.text += out.text
-        res.token_ids.extend(out.token_ids)
-        res.num_prompt_tokens = out.num_prompt_tokens
-        res.num_cached_tokens = out.num_cached_tokens
-        if res.token_ids:
-            res.decode_s = now - start - res.ttft_s
-        if out.finished:
-            res.finish_reason = out.finish_reason
-
-    def stats_of(self, outputs: Sequence[RequestOutput], start: float) -> GenerationResult:
-        res = self._empty_result()
-        for out in outputs:
-            self._accumulate(res, out, start)
-        return res
-
-    @staticmethod
-    def format_stats(res: GenerationResult) -> str:
-        return (
-            f"prompt {res.num_prompt_tokens} tokens ({res.num_cached_tokens} cached), "
-            f"generated {len(res.token_ids)} tokens, finish {res.finish_reason}\n"
-            f"TTFT {res.ttft_s * 1000:.0f} ms, prefill {res.prefill_tps:.1f} tok/s, "
-            f"decode {res.decode_tps:.1f} tok/s"
-        )
 
     def close(self) -> None:
         self.engine.runner.close()

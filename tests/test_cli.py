@@ -29,21 +29,24 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *fragments: str) -> No
     assert "Traceback" not in proc.stderr
 
 
-def unsupported_arch(path: Path) -> Path:
+def unsupported_arch(folder: Path) -> Path:
+    path = folder / "arch.gguf"
     kvs, tensors = tiny_llama_parts()
     kvs[0] = ("general.architecture", kvs[0][1], "mamba9")
     path.write_bytes(build_gguf(kvs, tensors))
     return path
 
 
-def unsupported_type(path: Path) -> Path:
+def unsupported_type(folder: Path) -> Path:
+    path = folder / "q2k.gguf"
     kvs, tensors = tiny_llama_parts(n_embd=256, n_ff=256, n_heads=4, n_kv_heads=2)
     tensors = [TensorSpec(t.name, t.shape, QT.Q2_K) if t.name == "blk.0.ffn_up.weight" else t for t in tensors]
     path.write_bytes(build_gguf(kvs, tensors))
     return path
 
 
-def hostile_counts(path: Path) -> Path:
+def hostile_counts(folder: Path) -> Path:
+    path = folder / "hostile.gguf"
     path.write_bytes(build_gguf([], [], n_tensors=2**63, n_kv=2**64 - 1))
     return path
 
@@ -54,15 +57,14 @@ def hostile_counts(path: Path) -> Path:
         (lambda p: p / "missing.gguf", ("not found",)),
         (lambda p: (p / "notes.gguf").write_text("hello, I am not a model") and p / "notes.gguf", ("magic",)),
         (lambda p: (p / "empty.gguf").write_bytes(b"") or p / "empty.gguf", ("empty",)),
-        (hostile_counts, ("count",)),
+        (hostile_counts, ("tensors", "cannot fit")),
         (unsupported_arch, ("architecture", "mamba9")),
         (unsupported_type, ("Q2_K", "blk.0.ffn_up.weight")),
     ],
     ids=["missing", "not-gguf", "empty", "hostile-counts", "unsupported-arch", "unsupported-type"],
 )
 def test_bad_model_files_give_one_line_errors(tmp_path: Path, make, fragments) -> None:
-    path = make(tmp_path) if callable(make) else make
-    path = path if isinstance(path, Path) else Path(path)
+    path = make(tmp_path)
     assert_clean_error(cli("run", "--model", str(path), "hello"), *fragments)
 
 
@@ -102,9 +104,9 @@ def test_run_tiny_model_with_stats_and_stdin(tmp_path: Path) -> None:
 
 
 def test_run_real_model_answers(smollm2_path: Path) -> None:
-    proc = cli("run", "--model", str(smollm2_path), "--max-tokens", "24", "What is the capital of France?")
+    proc = cli("run", "--model", str(smollm2_path), "--max-tokens", "24", "Name three colors of the rainbow.")
     assert proc.returncode == 0, proc.stderr
-    assert "Paris" in proc.stdout
+    assert "red" in proc.stdout.lower()
 
 
 def test_info_and_list(smollm2_path: Path) -> None:

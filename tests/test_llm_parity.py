@@ -16,13 +16,20 @@ from localinfer import LLM, SamplingParams
 
 TEXT = (Path(__file__).parent / "data" / "parity_text.txt").read_text()
 
+CHAT = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 PROMPTS = [
     "The capital of France is",
     "def quicksort(arr):\n",
     "Once upon a time, in a small village by the sea,",
     "1, 2, 3, 5, 8, 13,",
-    "<|im_start|>user\nWhat is the boiling point of water?<|im_end|>\n<|im_start|>assistant\n",
     "The three primary colors are",
+    "import numpy as np\nimport",
+    "Monday, Tuesday, Wednesday,",
+    CHAT.format("Give me three tips for staying healthy."),
+    CHAT.format("Name three colors of the rainbow."),
+    CHAT.format("What is 2 + 2?"),
+    CHAT.format("Explain what a computer is in one sentence."),
+    CHAT.format("Write a haiku about the sea."),
 ]
 
 
@@ -75,16 +82,23 @@ def llamacpp_greedy(llama_ref, prompt: list[int], n: int) -> tuple[list[int], li
 
 
 def test_greedy_continuations_match_llamacpp(llm: LLM, llama_ref) -> None:
+    """Identical up to the first position where llama.cpp's lead is < 0.5 — and stricter: the
+    first token where the two differ at all must be such a position."""
     prompts = [llama_ref.tokenize(p.encode(), add_bos=False, special=True) for p in PROMPTS]
     params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
     results = llm.generate(prompts, params)
-    compared = 0
+    agreed = 0
     for prompt, res in zip(prompts, results, strict=True):
         ref, leads = llamacpp_greedy(llama_ref, prompt, 32)
-        k = next((i for i, g in enumerate(leads) if g < 0.5), 32)
-        assert res.token_ids[:k] == ref[:k], (llm.tokenizer.decode(res.token_ids), llm.tokenizer.decode(ref))
-        compared += k
-    assert compared >= 64  # the comparison covered real ground
+        first_diff = next((i for i, (a, b) in enumerate(zip(res.token_ids, ref, strict=True)) if a != b), 32)
+        if first_diff < 32:
+            assert leads[first_diff] < 0.5, (
+                f"differs at {first_diff} where llama.cpp leads by {leads[first_diff]:.2f}: "
+                f"{llm.tokenizer.decode(res.token_ids)!r} vs {llm.tokenizer.decode(ref)!r}"
+            )
+        agreed += first_diff
+    print(f"greedy tokens identical to llama.cpp: {agreed} of {32 * len(prompts)}")
+    assert agreed >= 64  # the comparison covered real ground
 
 
 def test_batched_equals_alone(llm: LLM) -> None:
@@ -122,9 +136,9 @@ def test_shared_system_prompt_is_served_from_cache(llm: LLM) -> None:
 
 
 def test_chat_answer_is_coherent(llm: LLM) -> None:
-    res = llm.generate([{"role": "user", "content": "What is the capital of France?"}],
+    res = llm.generate([{"role": "user", "content": "What is 2 + 2?"}],
                        SamplingParams(max_tokens=32))[0]
-    assert "Paris" in res.text
+    assert "4" in res.text
     assert res.finish_reason in ("stop", "length")
 
 

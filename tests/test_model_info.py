@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from gguf_factory import QT, write_tiny_llama
 
+from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN
 from localinfer.errors import GGUFError
 from localinfer.model_info import DEFAULT_POOL_SEQS, describe, format_info
 
@@ -61,4 +62,4 @@ def test_real_model(request: pytest.FixtureRequest) -> None:
         "Q4_1": 210, "F32": 61, "Q8_0": 1}
     assert 130e6 < info.n_params < 140e6
     # f16 K+V: 2 * 30 layers * 3 heads * 64 * 2 bytes = 23040 bytes per token
-    assert info.kv_cache_bytes == 23040 * 8192 * DEFAULT_POOL_SEQS
+    assert info.kv_cache_bytes == 23040 * DEFAULT_MAX_MODEL_LEN * DEFAULT_POOL_SEQS

@@ -29,7 +29,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 
 def main(name: str, args: argparse.Namespace) -> int:
-    from localinfer.llm import LLM
+    from localinfer.llm import LLM, GenerationResult
     from localinfer.sampling_params import SamplingParams
 
     prompt = args.prompt
@@ -56,17 +56,17 @@ def main(name: str, args: argparse.Namespace) -> int:
         if args.system:
             request.insert(0, {"role": "system", "content": args.system})
     start = time.perf_counter()
-    outputs = []
+    result = GenerationResult()
     try:
         for out in llm.stream(request, params):
+            result.add(out, start)
             if out.text:
                 sys.stdout.write(out.text)
                 sys.stdout.flush()
-            outputs.append(out)
         sys.stdout.write("\n")
         sys.stdout.flush()
         if args.stats:
-            print(llm.format_stats(llm.stats_of(outputs, start)), file=sys.stderr)
+            print(result.summary(), file=sys.stderr)
     finally:
         llm.close()
     return 0

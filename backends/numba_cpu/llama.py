@@ -1,0 +1,92 @@
+"""The llama architecture: one jitted step that wires the shared kernels over all layers.
+
+    x = embed(tokens)                                   # (n_tokens, n_embd)
+    per layer:  x += Wo · attention(rope(Wqkv · rmsnorm(x)))
+                x += Wdown · swiglu(Wgu · rmsnorm(x))
+    logits = Whead · rmsnorm(x[logits_rows])            # (n_logits, n_vocab)
+
+Python dispatch happens once per step, not per layer or per operation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .kernels.attention import attention, write_kv
+from .kernels.elementwise import add_inplace, rmsnorm, rope_inplace, rope_tables, swiglu
+from .linear import embed_rows, linear
+
+
+def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head_dim: int,
+                 n_ff: int, rope_dim: int) -> tuple:
+    """Scratch for a step of up to n_tokens tokens (reused across steps)."""
+    f32 = np.float32
+    qkv_cols = (n_heads + 2 * n_kv_heads) * head_dim
+    widest = max(n_embd, n_ff, n_heads * head_dim)
+    return (
+        np.zeros((n_tokens, n_embd), f32),  # x: residual stream
+        np.zeros((n_tokens, n_embd), f32),  # xn: normed / projection output
+        np.zeros((n_tokens, qkv_cols), f32),  # qkv
+        np.zeros((n_tokens, n_heads * head_dim), f32),  # att
+        np.zeros((n_tokens, 2 * n_ff), f32),  # gate | up
+        np.zeros((n_tokens, n_ff), f32),  # swiglu output
+        np.zeros((n_tokens, rope_dim // 2), f32),  # cos
+        np.zeros((n_tokens, rope_dim // 2), f32),  # sin
+        (
+            np.zeros((n_tokens, widest), np.int8),  # int8 activation codes
+            np.zeros((n_tokens, widest // 32), f32),  # block scales
+            np.zeros((n_tokens, widest // 32), np.int32),  # block code sums
+            np.zeros((n_tokens, widest // 32), f32),  # scale * code sum
+        ),
+    )
+
+
+@njit(cache=True, nogil=True)
+def llama_step(tokens, positions, token_seq, block_tables, slot_mapping, logits_rows,
+               dims, rms_eps, rope_base, attn_scale,
+               embd, head, out_norm, attn_norm, ffn_norm, wqkv, wo, wgu, wdown,
+               k_pool, v_pool, bufs, logits):
+    """One forward step.  tokens, positions, token_seq (sequence index), slot_mapping:
+    (n_tokens,); block_tables (n_seqs, max_blocks); logits_rows (n_logits,) -> logits
+    (n_logits, n_vocab).  k_pool, v_pool: (n_layers, n_blocks, block_size, n_kv, head_dim) u16."""
+    n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size = dims
+    n = tokens.shape[0]
+    x_b, xn_b, qkv_b, att_b, gu_b, h_b, cos_b, sin_b, qbuf = bufs
+    x = x_b[:n]
+    xn = xn_b[:n]
+    qkv = qkv_b[:n]
+    att = att_b[:n]
+    gu = gu_b[:n]
+    hid = h_b[:n]
+    cos_t = cos_b[:n]
+    sin_t = sin_b[:n]
+    k_col = n_heads * head_dim
+    v_col = k_col + n_kv * head_dim
+
+    embed_rows(embd, tokens, x)
+    rope_tables(positions, rope_dim, rope_base, cos_t, sin_t)
+    for layer in range(n_layers):
+        rmsnorm(x, attn_norm[layer], rms_eps, xn)
+        linear(wqkv, layer, xn, qbuf, qkv)  # (n, (n_heads + 2 n_kv) head_dim)
+        rope_inplace(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
+        rope_inplace(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
+        write_kv(qkv, k_col, v_col, n_kv, head_dim, slot_mapping, block_size,
+                 k_pool[layer], v_pool[layer])
+        attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                  block_size, k_pool[layer], v_pool[layer], attn_scale, att)
+        linear(wo, layer, att, qbuf, xn)  # (n, n_embd)
+        add_inplace(x, xn)
+        rmsnorm(x, ffn_norm[layer], rms_eps, xn)
+        linear(wgu, layer, xn, qbuf, gu)  # (n, 2 n_ff)
+        swiglu(gu, n_ff, hid)
+        linear(wdown, layer, hid, qbuf, xn)  # (n, n_embd)
+        add_inplace(x, xn)
+
+    n_out = logits_rows.shape[0]
+    sel = np.empty((n_out, n_embd), np.float32)
+    for r in range(n_out):
+        sel[r] = x[logits_rows[r]]
+    xn_out = xn_b[:n_out]
+    rmsnorm(sel, out_norm, rms_eps, xn_out)
+    linear(head, 0, xn_out, qbuf, logits)

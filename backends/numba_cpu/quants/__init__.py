@@ -1,0 +1,68 @@
+"""Weight formats the Numba backend reads, keyed by ggml type.
+
+Adding a type = one small module with an `unpack(raw, rows, cols) -> Packed` function that maps
+its blocks onto one of the kernel layouts in packed.py, plus one line in FORMATS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from localinfer.errors import UnsupportedModelError
+
+from .floats import unpack_f16, unpack_f32
+from .packed import KIND_F32, KIND_Q4, KIND_Q8, QBLOCK, Packed, concat_rows
+from .q4 import unpack_q4_0, unpack_q4_1
+from .q8 import unpack_q8_0
+
+__all__ = ["FORMATS", "KIND_F32", "KIND_Q4", "KIND_Q8", "QBLOCK", "Packed", "concat_rows",
+           "format_for", "unpack_tensor"]
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    name: str
+    block_size: int  # elements per block
+    type_size: int  # bytes per block
+    unpack: Callable[[np.ndarray, int, int], Packed]
+
+
+# ggml type id -> format (ids from ggml.h / gguf.GGMLQuantizationType)
+FORMATS: dict[int, WeightFormat] = {
+    0: WeightFormat("F32", 1, 4, unpack_f32),
+    1: WeightFormat("F16", 1, 2, unpack_f16),
+    2: WeightFormat("Q4_0", 32, 18, unpack_q4_0),
+    3: WeightFormat("Q4_1", 32, 20, unpack_q4_1),
+    8: WeightFormat("Q8_0", 32, 34, unpack_q8_0),
+}
+
+
+def format_for(name: str, ggml_type: int, type_name: str) -> WeightFormat:
+    fmt = FORMATS.get(ggml_type)
+    if fmt is None:
+        supported = ", ".join(f.name for f in FORMATS.values())
+        raise UnsupportedModelError(
+            f"tensor {name} has type {type_name}, which the numba backend does not support "
+            f"(supported: {supported})"
+        )
+    return fmt
+
+
+def unpack_tensor(name: str, ggml_type: int, type_name: str, raw: np.ndarray,
+                  shape: tuple[int, ...]) -> Packed:
+    """Raw tensor bytes, ggml shape (cols, rows) -> Packed; UnsupportedModelError if unknown."""
+    fmt = format_for(name, ggml_type, type_name)
+    cols = shape[0]
+    rows = 1
+    for n in shape[1:]:
+        rows *= n
+    if cols % fmt.block_size or (fmt.block_size > 1 and cols % QBLOCK):
+        raise UnsupportedModelError(f"tensor {name}: row length {cols} is not a multiple of "
+                                    f"the {fmt.name} block size")
+    expected = rows * cols // fmt.block_size * fmt.type_size
+    if raw.size != expected:
+        raise UnsupportedModelError(f"tensor {name}: {raw.size} bytes, expected {expected}")
+    return fmt.unpack(raw, rows, cols)

@@ -1,0 +1,107 @@
+"""NumbaModelRunner: the llama forward pass in our own Numba kernels over the paged KV pool."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import localinfer.backends.numba_cpu  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
+import numpy as np
+
+from localinfer.backend import ModelRunner
+from localinfer.errors import InvalidRequestError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    from localinfer.engine.batch import ScheduledBatch
+    from localinfer.gguf_file import GGUFFile
+    from localinfer.model_config import ModelConfig
+
+
+def physical_cores() -> int:
+    """Cores we may run on, counting SMT siblings once (at least 1)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for cpu in cpus:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(base + "core_id") as f1, open(base + "physical_package_id") as f2:
+                cores.add((f1.read().strip(), f2.read().strip()))
+        except OSError:
+            cores.add((str(cpu), "0"))
+    return max(1, len(cores))
+
+
+class NumbaModelRunner(ModelRunner):
+    name = "numba"
+
+    def __init__(self, gguf: GGUFFile, config: ModelConfig, *, num_blocks: int, block_size: int,
+                 threads: int | None = None, progress: bool = False,
+                 max_num_batched_tokens: int = 512) -> None:
+        super().__init__(gguf, config, num_blocks=num_blocks, block_size=block_size,
+                         threads=threads, progress=progress)
+        if config.arch != "llama":
+            raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
+        import numba
+
+        from .llama import llama_step, make_buffers
+        from .weights import LlamaWeights
+
+        self.threads = threads or physical_cores()
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        config.check_tensors(gguf)
+        self.weights = LlamaWeights.load(gguf, config)
+        c = config
+        pool_shape = (c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim)
+        self.k_pool = np.zeros(pool_shape, np.uint16)  # f16 bits
+        self.v_pool = np.zeros(pool_shape, np.uint16)
+        self._dims = (c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
+                      c.rope_dim, block_size)
+        self._step = llama_step
+        self._make_buffers = make_buffers
+        self._capacity = 0
+        self._bufs: tuple = ()
+        self._ensure_capacity(max_num_batched_tokens)
+
+    def _ensure_capacity(self, n_tokens: int) -> None:
+        if n_tokens <= self._capacity:
+            return
+        c = self.config
+        self._bufs = self._make_buffers(n_tokens, c.n_embd, c.n_heads, c.n_kv_heads,
+                                        c.head_dim, c.n_ff, c.rope_dim)
+        self._capacity = n_tokens
+
+    def execute(self, batch: ScheduledBatch) -> np.ndarray:
+        n = batch.num_tokens
+        if batch.block_size != self.block_size:
+            raise InvalidRequestError(
+                f"batch block_size {batch.block_size} != runner block_size {self.block_size}")
+        if n == 0:
+            return np.zeros((0, self.config.n_vocab), np.float32)
+        self._ensure_capacity(n)
+        tokens = np.asarray(batch.token_ids, np.int64)
+        if tokens.min() < 0 or tokens.max() >= self.config.n_vocab:
+            raise InvalidRequestError("token id out of range")
+        token_seq = np.repeat(np.arange(batch.num_seqs, dtype=np.int64),
+                              np.diff(np.asarray(batch.seq_starts, np.int64)))
+        width = max(1, max(len(t) for t in batch.block_tables))
+        tables = np.zeros((batch.num_seqs, width), np.int64)
+        for i, t in enumerate(batch.block_tables):
+            tables[i, : len(t)] = t
+        positions = np.asarray(batch.positions, np.int64)
+        rows = np.asarray(batch.logits_indices, np.int64)
+        logits = np.empty((len(rows), self.config.n_vocab), np.float32)
+        w = self.weights
+        c = self.config
+        self._step(tokens, positions, token_seq, tables, np.asarray(batch.slot_mapping, np.int64),
+                   rows, self._dims, np.float32(c.rms_eps), float(c.rope_base),
+                   np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
+                   w.attn_norm, w.ffn_norm, w.wqkv, w.wo, w.wgu, w.wdown, self.k_pool,
+                   self.v_pool, self._bufs, logits)
+        return logits
+
+    def close(self) -> None:
+        self.weights = None  # type: ignore[assignment]
+        self.k_pool = self.v_pool = np.zeros(0, np.uint16)
