@@ -197,3 +197,37 @@ def test_shipped_catalog_has_pinned_default() -> None:
     entry = cat.get("smollm2-135m")
     assert entry.sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     assert entry.source["type"] == "pypi"
+
+
+def test_disk_full_during_pull_leaves_nothing(tmp_path: Path, server, monkeypatch) -> None:
+    import errno
+
+    import localinfer.pull as pull
+
+    root, base, _ = server
+    data = write_tiny_gguf(root / "m.gguf")
+    sha = hashlib.sha256(data).hexdigest()
+    cat = make_catalog(tmp_path, entry_toml("tiny", sha, f'{{ type = "url", url = "{base}/m.gguf" }}'))
+
+    def full_disk(src, out, *args):
+        out.write(b"GGUF")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pull, "_copy_stream", full_disk)
+    with pytest.raises(PullError, match="No space left"):
+        cat.pull("tiny", progress=False)
+    assert leftovers(cat.models_dir) == []
+
+
+def test_stale_temp_files_of_a_killed_pull_are_removed(tmp_path: Path, server) -> None:
+    root, base, _ = server
+    data = write_tiny_gguf(root / "m.gguf")
+    sha = hashlib.sha256(data).hexdigest()
+    cat = make_catalog(tmp_path, entry_toml("tiny", sha, f'{{ type = "url", url = "{base}/m.gguf" }}'))
+    folder = cat.path_of(cat.get("tiny")).parent
+    folder.mkdir(parents=True)
+    stale = folder / ".m.gguf.abc123.part"
+    stale.write_bytes(b"half a model")
+    os.utime(stale, (0, 0))  # left by a process killed long ago
+    path = cat.pull("tiny", progress=False)
+    assert leftovers(cat.models_dir) == [path]

@@ -25,6 +25,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--raw", action="store_true", help="no chat template: the prompt as is")
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
+    p.add_argument("--kv-cache-mb", type=float, help="KV cache budget (default: 2 full contexts)")
     p.add_argument("--stats", action="store_true", help="print TTFT and tok/s afterwards")
 
 
@@ -48,7 +49,7 @@ def main(name: str, args: argparse.Namespace) -> int:
         stop=args.stop,
     )
     llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
-              progress=True)
+              kv_cache_mb=args.kv_cache_mb, progress=True)
     if args.raw:
         request: str | list[dict[str, str]] = prompt
     else:
