@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from localinfer.errors import InvalidRequestError
 
+MAX_LOGPROBS = 20  # as the OpenAI API caps top_logprobs
+
 
 @dataclass(slots=True)
 class SamplingParams:
@@ -23,6 +25,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
+    logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the top k
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -51,6 +54,10 @@ class SamplingParams:
             not isinstance(self.seed, int) or isinstance(self.seed, bool)
         ):
             raise bad("seed", "must be an integer")
+        if self.logprobs is not None and (
+            not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS
+        ):
+            raise bad("logprobs", f"must be an integer in [0, {MAX_LOGPROBS}]")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", "stop strings must be non-empty strings")
 

@@ -5,82 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from engine_fakes import N_VOCAB, make_engine
 
-from localinfer.engine.batch import ScheduledBatch
-from localinfer.engine.config import EngineConfig
 from localinfer.engine.llm_engine import LLMEngine
 from localinfer.engine.text_stream import TextStream
 from localinfer.errors import ContextLengthExceededError, InvalidRequestError
 from localinfer.sampling_params import SamplingParams
-
-N_VOCAB = 64
-EOS = 0
-
-
-class FakeRunner:
-    """Logits are a fixed function of the whole context, which it reads back from the KV
-    slots the batch names, as a paged KV cache would; reading a slot that was never written
-    (or that holds another position) fails the test."""
-
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.kv: dict[int, tuple[int, int]] = {}  # slot -> (position, hash of context)
-        self.num_steps = 0
-
-    def execute(self, batch: ScheduledBatch) -> np.ndarray:
-        self.num_steps += 1
-        bs = batch.block_size
-        ctx: list[int] = []
-        for i in range(batch.num_seqs):
-            table = batch.block_tables[i]
-            for flat in range(batch.seq_starts[i], batch.seq_starts[i + 1]):
-                pos = batch.positions[flat]
-                assert batch.slot_mapping[flat] == table[pos // bs] * bs + pos % bs
-                prev = 0
-                if pos > 0:
-                    slot = table[(pos - 1) // bs] * bs + (pos - 1) % bs
-                    assert slot in self.kv, f"read of unwritten KV slot {slot}"
-                    stored_pos, prev = self.kv[slot]
-                    assert stored_pos == pos - 1, "KV slot holds another position"
-                h = hash((prev, batch.token_ids[flat], pos)) & 0xFFFFFFFF
-                self.kv[batch.slot_mapping[flat]] = (pos, h)
-                ctx.append(h)
-            assert batch.context_lens[i] == batch.positions[batch.seq_starts[i + 1] - 1] + 1
-        rows = [fake_logits(ctx[j]) for j in batch.logits_indices]
-        return np.stack(rows) if rows else np.zeros((0, N_VOCAB), np.float32)
-
-
-def fake_logits(h: int) -> np.ndarray:
-    x = np.random.default_rng(h).standard_normal(N_VOCAB).astype(np.float32) * 3
-    x[EOS] -= 6.0  # generations rarely end on their own
-    return x
-
-
-class FakeTokenizer:
-    n_vocab = N_VOCAB
-    eog_ids = frozenset({EOS})
-
-
-def piece(token_id: int) -> str:
-    return "<eos>" if token_id == EOS else chr(ord("a") + token_id % 26)
-
-
-class FakeDetokenizer:
-    def __init__(self, tokenizer: FakeTokenizer) -> None:
-        self.text = ""
-
-    def add(self, token_id: int) -> str:
-        self.text += piece(token_id)
-        return piece(token_id)
-
-    def flush(self) -> str:
-        return ""
-
-
-def make_engine(num_blocks=64, block_size=4, **kw) -> LLMEngine:
-    config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **kw)
-    return LLMEngine(FakeRunner(num_blocks, block_size), FakeTokenizer(), config, FakeDetokenizer)
 
 
 def run(engine: LLMEngine, prompts, params) -> dict[int, tuple[list[int], str, str]]:
@@ -230,3 +160,23 @@ def test_prompt_longer_than_kv_pool_is_rejected():
     engine = make_engine(num_blocks=2, block_size=4, max_model_len=100)
     with pytest.raises(ContextLengthExceededError, match="KV cache holds 8"):
         engine.add_request(list(range(1, 10)), GREEDY)
+
+
+def test_logprobs_per_token():
+    engine = make_engine()
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, logprobs=3)
+    engine.add_request([5, 6, 7], params)
+    seen = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.token_ids:
+                assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
+                lp = out.logprobs[0]
+                assert lp.token_id == out.token_ids[0]
+                assert len(lp.top) == 3 and lp.top[0][0] == lp.token_id  # greedy = most likely
+                assert lp.top[0][1] >= lp.top[1][1] >= lp.top[2][1]
+                assert lp.logprob <= 0.0
+                seen.append(lp)
+    assert len(seen) == 4
+    with pytest.raises(InvalidRequestError, match="logprobs"):
+        SamplingParams(logprobs=21)

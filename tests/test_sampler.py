@@ -98,3 +98,16 @@ def test_sampling_follows_the_distribution_roughly():
     draws = [Sampler()(x, [s])[0] for _ in range(2000)]
     freq = np.bincount(draws, minlength=3) / 2000
     assert np.allclose(freq, [0.7, 0.2, 0.1], atol=0.04)
+
+
+def test_token_logprob_matches_log_softmax():
+    from localinfer.engine.sampler import token_logprob
+
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal(100).astype(np.float32)
+    ref = row.astype(np.float64) - np.log(np.exp(row.astype(np.float64)).sum())
+    lp = token_logprob(row, 7, 5)
+    assert lp.token_id == 7 and abs(lp.logprob - ref[7]) < 1e-9
+    assert [i for i, _ in lp.top] == list(np.argsort(-ref)[:5])
+    assert np.allclose([v for _, v in lp.top], np.sort(ref)[::-1][:5])
+    assert token_logprob(row, 7, 0).top == []

@@ -24,7 +24,7 @@ from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.outputs import EngineStats, RequestOutput
-from localinfer.engine.sampler import Sampler, make_generator
+from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.text_stream import TextStream
@@ -122,10 +122,19 @@ class LLMEngine:
             return outputs
         logits = self.runner.execute(batch)
         sample_seqs, sample_rows = self._collect_logits(batch, logits)
-        tokens = self.sampler(logits[sample_rows], sample_seqs)
+        rows = logits[sample_rows]
+        tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
+        logprobs = {
+            seq.seq_id: token_logprob(rows[i], tokens[i], seq.sampling_params.logprobs)
+            for i, seq in enumerate(sample_seqs)
+            if seq.sampling_params.logprobs is not None
+        }
         for seq in self.scheduler.postprocess(batch, sampled):
-            outputs.append(self._process_token(seq))
+            out = self._process_token(seq)
+            if seq.seq_id in logprobs:
+                out.logprobs = [logprobs[seq.seq_id]]
+            outputs.append(out)
         return outputs
 
     def _collect_logits(

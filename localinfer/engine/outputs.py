@@ -10,6 +10,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
+class TokenLogprob:
+    """Log-probabilities of one generated token under the model (before sampling filters)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # the k most likely tokens, most likely first
+
+
+@dataclass(slots=True)
 class RequestOutput:
     seq_id: int
     request_id: str
@@ -23,6 +32,7 @@ class RequestOutput:
     arrival_time: float  # time.perf_counter() at add_request
     first_token_time: float | None
     prompt_logits: np.ndarray | None = None  # (n_prompt, n_vocab) float32, when asked for
+    logprobs: list[TokenLogprob] | None = None  # one per token in token_ids, when asked for
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 
+from localinfer.engine.outputs import TokenLogprob
 from localinfer.engine.sequence import Sequence
 from localinfer.sampling_params import SamplingParams
 
@@ -72,6 +73,19 @@ def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> 
     cdf = np.cumsum(probs)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
     return min(i, logits.shape[0] - 1)
+
+
+def token_logprob(row: np.ndarray, token: int, k: int) -> TokenLogprob:
+    """The chosen token's log-probability and the top k, from the raw logits row."""
+    x = row.astype(np.float64)
+    m = x.max()
+    lse = m + np.log(np.exp(x - m).sum())
+    top: list[tuple[int, float]] = []
+    if k > 0:
+        ids = np.argpartition(-x, k - 1)[:k]
+        ids = ids[np.lexsort((ids, -x[ids]))]  # most likely first, ties by id
+        top = [(int(i), float(x[i] - lse)) for i in ids]
+    return TokenLogprob(token, float(x[token] - lse), top)
 
 
 def recent_tokens(seq: Sequence, last_n: int) -> list[int]:

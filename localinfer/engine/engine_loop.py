@@ -1,0 +1,233 @@
+"""EngineLoop: LLMEngine.step() on a background thread, fed from any thread or event loop.
+
+The HTTP server and the TUI submit requests and read their outputs without ever blocking on a
+forward pass: kernels release the GIL, so the event loop keeps running while the engine
+computes. The engine itself is touched only by the loop thread; other threads send commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from localinfer.engine.llm_engine import LLMEngine
+from localinfer.engine.outputs import EngineStats, RequestOutput
+from localinfer.errors import LocalInferError
+from localinfer.sampling_params import SamplingParams
+
+
+class QueueFullError(LocalInferError):
+    """Too many requests are waiting; the caller should retry later."""
+
+
+class EngineStoppedError(LocalInferError):
+    """The engine is shutting down and takes no new requests."""
+
+
+class EngineFailure(LocalInferError):
+    """The engine raised while this request was in flight; the loop keeps serving others."""
+
+
+@dataclass(slots=True)
+class _Failure:
+    error: BaseException
+
+
+_DONE = object()
+
+
+class RequestHandle:
+    """One request's output stream; iterate it from a thread, or `async for` from asyncio."""
+
+    def __init__(self, loop: EngineLoop, aio: asyncio.AbstractEventLoop | None) -> None:
+        self.seq_id = -1
+        self._engine_loop = loop
+        self._aio = aio
+        self._aq: asyncio.Queue[Any] | None = asyncio.Queue() if aio is not None else None
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.finished = False
+        self.aborted = False  # set by any thread; the engine thread honours it
+
+    def _put(self, item: Any) -> None:  # called on the engine thread
+        if self._aio is not None and self._aq is not None:
+            # RuntimeError: the consumer's event loop is closed, nobody is listening
+            with contextlib.suppress(RuntimeError):
+                self._aio.call_soon_threadsafe(self._aq.put_nowait, item)
+        else:
+            self._q.put(item)
+
+    def _unwrap(self, item: Any) -> RequestOutput | None:
+        if item is _DONE:
+            self.finished = True
+            return None
+        if isinstance(item, _Failure):
+            self.finished = True
+            raise EngineFailure(f"generation failed: {item.error}") from item.error
+        return item
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        while not self.finished:
+            out = self._unwrap(self._q.get())
+            if out is not None:
+                yield out
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        assert self._aq is not None, "submit(..., aio=True) for async iteration"
+        while not self.finished:
+            out = self._unwrap(await self._aq.get())
+            if out is not None:
+                yield out
+
+    def abort(self) -> None:
+        if not self.finished and not self.aborted:
+            self.aborted = True
+            self._engine_loop.abort(self)
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine, *, max_queue: int | None = None) -> None:
+        self.engine = engine
+        self.max_queue = max_queue
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._handles: dict[int, RequestHandle] = {}
+        self._stats = engine.stats()
+        self._stats_lock = threading.Lock()
+        self._num_queued = 0  # submitted, not yet admitted by the engine thread
+        self._count_lock = threading.Lock()
+        self._accepting = True
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
+        self.step_hook: Callable[[], None] | None = None  # tests inject faults here
+
+    def start(self) -> EngineLoop:
+        self._thread.start()
+        return self
+
+    # -- any thread ----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        aio: bool = False,
+    ) -> RequestHandle:
+        """Queue a request; errors in it (bad ids, too long) surface when iterating."""
+        if not self._accepting:
+            raise EngineStoppedError("the engine is shutting down")
+        if self.max_queue is not None:
+            stats = self.stats()
+            if stats.num_waiting + self._num_queued >= self.max_queue:
+                raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
+        handle = RequestHandle(self, asyncio.get_running_loop() if aio else None)
+        params.validate()
+        with self._count_lock:
+            self._num_queued += 1
+
+        def add() -> None:
+            with self._count_lock:
+                self._num_queued -= 1
+            if handle.aborted:  # aborted before the engine ever saw it
+                handle._put(_DONE)
+                return
+            try:
+                handle.seq_id = self.engine.add_request(prompt_token_ids, params, request_id)
+            except Exception as exc:  # a bad request fails alone
+                handle._put(_Failure(exc))
+                return
+            self._handles[handle.seq_id] = handle
+
+        self._send(add)
+        return handle
+
+    def abort(self, handle: RequestHandle) -> None:
+        def do_abort() -> None:
+            if handle.seq_id in self._handles:
+                # the engine emits a final "abort" output on its next step, which ends
+                # the handle's stream; the blocks are free already
+                self.engine.abort_request(handle.seq_id)
+
+        self._send(do_abort)
+
+    def stats(self) -> EngineStats:
+        with self._stats_lock:
+            return self._stats
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._handles) + self._num_queued
+
+    def shutdown(self, drain_timeout: float = 30.0) -> None:
+        """Stop taking requests, let in-flight ones finish (up to the timeout), abort the
+        rest, and stop the thread."""
+        self._accepting = False
+        deadline = time.monotonic() + drain_timeout
+        while self.num_in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for handle in list(self._handles.values()):
+            handle.abort()
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _send(self, command: Callable[[], None]) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    # -- the engine thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._drain_commands()
+            if not self.engine.has_unfinished_requests():
+                self._publish_stats()
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                if self.step_hook is not None:
+                    self.step_hook()
+                outputs = self.engine.step()
+            except Exception as exc:
+                self._fail_all(exc)
+                continue
+            for out in outputs:
+                handle = self._handles.get(out.seq_id)
+                if handle is None:
+                    continue
+                handle._put(out)
+                if out.finished:
+                    handle._put(_DONE)
+                    del self._handles[out.seq_id]
+            self._publish_stats()
+        self._drain_commands()
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        """An exception inside the engine: every in-flight request gets it, their sequences
+        are aborted (blocks freed), and the loop carries on with new requests."""
+        for seq_id, handle in list(self._handles.items()):
+            self.engine.abort_request(seq_id)
+            handle._put(_Failure(exc))
+        self._handles.clear()
+
+    def _publish_stats(self) -> None:
+        stats = self.engine.stats()
+        with self._stats_lock:
+            self._stats = stats
