@@ -135,8 +135,10 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         n_full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        if n_full <= seq.num_registered_blocks:
+            return  # nothing new: most decode steps stay inside a block
         self._hash_full_blocks(seq, n_full)
-        for i in range(n_full):
+        for i in range(seq.num_registered_blocks, n_full):
             block = self.blocks[seq.block_table[i]]
             h = seq.block_hashes[i]
             if block.hash is not None or h in self.cached_blocks:
@@ -145,6 +147,7 @@ class BlockManager:
             block.token_ids = self._block_tokens(seq, i)
             block.parent_hash = seq.block_hashes[i - 1] if i else _ROOT_HASH
             self.cached_blocks[h] = block.block_id
+        seq.num_registered_blocks = n_full
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's blocks (tail first, so tails are evicted before the shared
@@ -160,6 +163,7 @@ class BlockManager:
                     self.free_blocks.move_to_end(block_id, last=False)
         seq.block_table = []
         seq.num_computed_tokens = 0
+        seq.num_registered_blocks = 0
 
     def reset_prefix_cache(self) -> None:
         """Forget all cached hashes (e.g. after the runner's KV pool was cleared)."""

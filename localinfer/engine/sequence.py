@@ -46,6 +46,7 @@ class Sequence:
     num_cached_tokens: int = 0  # of those, taken from the prefix cache at the last allocation
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks
+    num_registered_blocks: int = 0  # leading blocks already offered to the prefix cache
     prompt_logits: bool = False  # return logits of every prompt position (score())
     prompt_logits_rows: list[Any] = field(default_factory=list)  # np rows, filled by the engine
     generator: Any = None  # numpy Generator of this request (seeded if params.seed is set)
