@@ -231,3 +231,12 @@ def test_stale_temp_files_of_a_killed_pull_are_removed(tmp_path: Path, server) -
     os.utime(stale, (0, 0))  # left by a process killed long ago
     path = cat.pull("tiny", progress=False)
     assert leftovers(cat.models_dir) == [path]
+
+
+def test_shipped_catalog_multipart_entries() -> None:
+    cat = Catalog.load()
+    gemma = cat.get("gemma3-270m")
+    assert gemma.architecture == "gemma3" and len(gemma.source["parts"]) == 4
+    qwen = cat.get("qwen2.5-coder-0.5b")
+    assert qwen.architecture == "qwen2" and len(qwen.source["parts"]) == 6
+    assert [p["member"][-10:] for p in qwen.source["parts"]] == [f"part0{i}.bin" for i in range(1, 7)]
