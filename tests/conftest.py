@@ -30,3 +30,22 @@ def llama_ref(smollm2_path: Path):
         logits_all=True,
         verbose=False,
     )
+
+
+def _catalog_model(env: str, name: str) -> Path:
+    path = os.environ.get(env)
+    if path:
+        return Path(path)
+    from localinfer.catalog import Catalog
+
+    return Catalog.load().ensure(name, progress=False)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    return _catalog_model("LOCALINFER_TEST_GEMMA3", "gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def qwen2_path() -> Path:
+    return _catalog_model("LOCALINFER_TEST_QWEN2", "qwen2.5-coder-0.5b")

@@ -5,16 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from localinfer.errors import TokenizerError
 from localinfer.tokenizer.base import Tokenizer
 from localinfer.tokenizer.bpe import BpeTokenizer, parse_merges
 from localinfer.tokenizer.pretokenize import pre_tokenizer_spec, supported_pre_tokenizers
+from localinfer.tokenizer.spm import SpmTokenizer
 from localinfer.tokenizer.vocab import KEY, Vocab
 
 # llama.cpp's default special ids per tokenizer model, used when the metadata has none.
 _BPE_DEFAULT_IDS = {"bos": 11, "eos": 11}
+_SPM_DEFAULT_IDS = {"bos": 1, "eos": 2, "unk": 0}
 
-SUPPORTED_MODELS = ("gpt2",)
+SUPPORTED_MODELS = ("gpt2", "llama")
 
 
 def _flag(md: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -39,7 +43,8 @@ def tokenizer_from_gguf(md: Mapping[str, Any]) -> Tokenizer:
     model = _text(md, "model")
     if model == "gpt2":
         return _bpe_from_gguf(md)
-    # "llama" (SentencePiece: Gemma, Llama 2, Mistral) comes next, as its own Tokenizer subclass.
+    if model == "llama":
+        return _spm_from_gguf(md)
     raise TokenizerError(
         f"unsupported tokenizer model {model!r} (supported: {', '.join(SUPPORTED_MODELS)})"
     )
@@ -60,3 +65,17 @@ def _bpe_from_gguf(md: Mapping[str, Any]) -> BpeTokenizer:
     add_bos = _flag(md, "add_bos_token", spec.add_bos)
     add_eos = _flag(md, "add_eos_token", False)
     return BpeTokenizer(vocab, ranks, spec, add_bos=add_bos, add_eos=add_eos)
+
+
+def _spm_from_gguf(md: Mapping[str, Any]) -> SpmTokenizer:
+    scores = md.get(KEY + "scores")
+    if not isinstance(scores, np.ndarray) or scores.dtype.kind != "f":
+        raise TokenizerError(f"GGUF metadata has no float array {KEY}scores (required by 'llama')")
+    vocab = Vocab.from_metadata(md, _SPM_DEFAULT_IDS)
+    return SpmTokenizer(
+        vocab,
+        scores,
+        add_bos=_flag(md, "add_bos_token", True),
+        add_eos=_flag(md, "add_eos_token", False),
+        add_space_prefix=_flag(md, "add_space_prefix", True),
+    )
