@@ -16,6 +16,7 @@ from typing import Any
 
 from localinfer import paths
 from localinfer.errors import ModelNotFoundError, PullError
+from localinfer.progress import ProgressCallback
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,33 +94,48 @@ class Catalog:
     def is_pulled(self, name: str) -> bool:
         return self.path_of(self.get(name)).is_file()
 
-    def resolve(self, model: str | os.PathLike[str] | None, *, progress: bool = True) -> Path:
+    def resolve(
+        self,
+        model: str | os.PathLike[str] | None,
+        *,
+        progress: bool = True,
+        on_progress: ProgressCallback | None = None,
+    ) -> Path:
         """A local GGUF path for a catalog name or a file path (pulling if needed)."""
         model = os.fspath(model) if model is not None else self.default
         if model in self.entries:
-            return self.ensure(model, progress=progress)
+            return self.ensure(model, progress=progress, on_progress=on_progress)
         path = Path(model).expanduser()
         if path.is_file():
             return path
         if path.suffix == ".gguf" or os.sep in model:
             raise ModelNotFoundError(f"model file not found: {model}")
-        return self.ensure(model, progress=progress)
+        return self.ensure(model, progress=progress, on_progress=on_progress)
 
-    def ensure(self, name: str, *, progress: bool = True) -> Path:
+    def ensure(
+        self, name: str, *, progress: bool = True, on_progress: ProgressCallback | None = None
+    ) -> Path:
         entry = self.get(name)
         target = self.path_of(entry)
         if target.is_file():
             return target
-        return self.pull(name, progress=progress)
+        return self.pull(name, progress=progress, on_progress=on_progress)
 
-    def pull(self, name: str, *, progress: bool = True, force: bool = False) -> Path:
+    def pull(
+        self,
+        name: str,
+        *,
+        progress: bool = True,
+        force: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> Path:
         from localinfer.pull import fetch_to
 
         entry = self.get(name)
         target = self.path_of(entry)
         if target.is_file() and not force:
             return target
-        fetch_to(entry, target, progress=progress)
+        fetch_to(entry, target, progress=progress, on_progress=on_progress)
         return target
 
     def remove(self, name: str) -> bool:

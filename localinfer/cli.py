@@ -12,6 +12,7 @@ from localinfer.errors import LocalInferError
 # subcommand -> (module under localinfer.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "generate a reply to one prompt and stream it to stdout"),
+    "chat": ("chat", "chat with a model in the terminal (a Textual app; --plain for a REPL)"),
     "pull": ("models", "download a catalog model into the local cache"),
     "list": ("models", "list catalog models and which are pulled"),
     "rm": ("models", "remove a pulled model from the cache"),

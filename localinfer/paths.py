@@ -1,6 +1,7 @@
 """Where localinfer keeps its files: models, compiled kernels, conversations.
 
-Everything lives under platformdirs' user cache dir unless LOCALINFER_HOME points elsewhere.
+Everything lives under platformdirs' user cache dir unless LOCALINFER_HOME points elsewhere;
+saved chats live under the user data dir (LOCALINFER_DATA_DIR overrides only that).
 """
 
 from __future__ import annotations
@@ -25,3 +26,19 @@ def models_dir() -> Path:
 def kernel_cache_dir() -> Path:
     """Numba's on-disk cache of compiled kernels (NUMBA_CACHE_DIR)."""
     return home() / "numba"
+
+
+def chats_dir() -> Path:
+    """Saved chat conversations (JSON files).
+
+    LOCALINFER_DATA_DIR wins; else LOCALINFER_HOME/chats when LOCALINFER_HOME is set; else
+    platformdirs' user data dir.
+    """
+    env = os.environ.get("LOCALINFER_DATA_DIR")
+    if env:
+        return Path(env).expanduser() / "chats"
+    if os.environ.get("LOCALINFER_HOME"):
+        return home() / "chats"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("localinfer", appauthor=False)) / "chats"

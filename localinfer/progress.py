@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+# on_update(label, done, total): lets a UI (the TUI's model picker) draw its own bar
+ProgressCallback = Callable[[str, int, "int | None"], None]
 
 
 def _human(n: float) -> str:
@@ -27,12 +31,14 @@ class ProgressBar:
         enabled: bool | None = None,
         stream: TextIO | None = None,
         unit: str = "bytes",
+        on_update: ProgressCallback | None = None,
     ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.total = total
         self.label = label
         self.unit = unit
+        self.on_update = on_update
         self.done = 0
         self._start = time.monotonic()
         self._last_draw = 0.0
@@ -46,9 +52,12 @@ class ProgressBar:
     def update(self, n: int) -> None:
         self.done += n
         now = time.monotonic()
-        if self.enabled and now - self._last_draw >= 0.1:
+        if now - self._last_draw >= 0.1:
             self._last_draw = now
-            self._draw(now)
+            if self.enabled:
+                self._draw(now)
+            if self.on_update is not None:
+                self.on_update(self.label, self.done, self.total)
 
     def _fmt(self, n: float) -> str:
         return _human(n) if self.unit == "bytes" else f"{n:.0f}"
@@ -71,6 +80,8 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
+        if self.on_update is not None:
+            self.on_update(self.label, self.done, self.total)
         if self.enabled:
             self._draw(time.monotonic())
             self.stream.write("\n")

