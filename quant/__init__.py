@@ -1,1 +1,1 @@
-"""localinfer.quant: GGUF quantization (a later issue)."""
+"""localinfer.quant: GGUF quantization byte-identical to llama.cpp (formats/, mixes, writer)."""

@@ -1,0 +1,175 @@
+"""quantize_file(): read a GGUF, choose each tensor's type (mixes.py), convert it with the
+Numba block formats, and write the result crash-safely (temp file, fsync, reopen, rename)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType as T
+from gguf.constants import GGUFValueType
+
+from localinfer.atomic_file import atomic_write, remove_stale_temps
+from localinfer.errors import GGUFError, InvalidRequestError, UnsupportedModelError
+from localinfer.gguf_file import GGUFFile, TensorInfo, open_gguf
+from localinfer.progress import ProgressBar
+
+from .formats import format_for
+from .gguf_writer import KV, GGUFStreamWriter, TensorSpec
+from .mixes import ALIASES, FTYPES, NEEDS_IMATRIX, MixState, llama_order, plan_types
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3")
+LAYER_TENSORS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+GGML_QNT_VERSION = 2
+_DROP_KEYS = ("general.quantization_version", "general.file_type", "split.no", "split.count",
+              "split.tensors.count")
+SLAB_BYTES = 32 << 20  # float32 rows converted per step
+
+
+@dataclass(slots=True)
+class QuantizeReport:
+    ftype: str
+    tensors: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    # (name, source type, target type, source bytes, target bytes)
+    requantized: int = 0
+    fallbacks: int = 0
+    seconds: float = 0.0
+
+    @property
+    def src_bytes(self) -> int:
+        return sum(t[3] for t in self.tensors)
+
+    @property
+    def dst_bytes(self) -> int:
+        return sum(t[4] for t in self.tensors)
+
+
+def resolve_ftype(name: str) -> str:
+    key = ALIASES.get(name.upper(), name.upper())
+    if key not in FTYPES:
+        choices = ", ".join([*FTYPES, *ALIASES])
+        raise InvalidRequestError(f"unknown quantization type {name!r} (choose from {choices})")
+    if key in NEEDS_IMATRIX:
+        raise InvalidRequestError(f"{key} needs an importance matrix, which is not supported yet")
+    return key
+
+
+def _num(g: GGUFFile, key: str, default: int) -> int:
+    v = g.metadata.get(f"{g.arch}.{key}", default)
+    if isinstance(v, np.ndarray):  # per-layer values: llama.cpp's n_gqa() uses layer 0
+        v = v[0] if v.size else default
+    return int(v)
+
+
+def _mix_state(g: GGUFFile, ftype: str) -> MixState:
+    arch = g.arch
+    if arch not in SUPPORTED_ARCHS:
+        raise UnsupportedModelError(f"{g.path}: architecture {arch!r} is not supported by the "
+                                    f"quantizer (supported: {', '.join(SUPPORTED_ARCHS)})")
+    if _num(g, "expert_count", 0) > 1:
+        raise UnsupportedModelError(f"{g.path}: mixture-of-experts models are not supported yet")
+    n_layer = _num(g, "block_count", 0)
+    if n_layer <= 0:
+        raise GGUFError(f"{g.path}: missing or invalid {arch}.block_count")
+    missing = [] if "token_embd.weight" in g.tensors else ["token_embd.weight"]
+    missing += [f"blk.{i}.{t}.weight" for i in range(n_layer) for t in LAYER_TENSORS
+                if f"blk.{i}.{t}.weight" not in g.tensors]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise GGUFError(f"{g.path}: missing tensor {missing[0]}{more}")
+    n_head = _num(g, "attention.head_count", 0)
+    n_head_kv = _num(g, "attention.head_count_kv", n_head)
+    is_70b = arch == "llama" and n_layer == 80 and n_head != n_head_kv
+    return MixState(ftype, n_layer, n_head // n_head_kv if n_head_kv else 0, is_70b)
+
+
+def _kvs(g: GGUFFile, ftype_id: int) -> list[KV]:
+    kvs = [KV(k, g.kv_types[k][0], v, g.kv_types[k][1])
+           for k, v in g.metadata.items() if k not in _DROP_KEYS]
+    kvs.append(KV("general.quantization_version", GGUFValueType.UINT32, GGML_QNT_VERSION))
+    kvs.append(KV("general.file_type", GGUFValueType.UINT32, ftype_id))
+    return kvs
+
+
+def _to_f32(g: GGUFFile, info: TensorInfo, rows: slice) -> np.ndarray:
+    arr = g.array(info.name)
+    block = arr.reshape(-1, arr.shape[-1])[rows]
+    if info.ggml_type == T.F32:
+        return block
+    if info.ggml_type == T.F16:
+        return block.astype(np.float32)
+    if info.ggml_type == T.BF16:
+        return (block.astype(np.uint32) << 16).view(np.float32)
+    return format_for(info.ggml_type).dequantize(block, info.shape[0])
+
+
+def _validator(specs: list[TensorSpec], n_kv: int) -> Callable[[Path], None]:
+    def validate(path: Path) -> None:
+        with open_gguf(path) as out:
+            got = [(t.name, t.shape, t.ggml_type, t.nbytes) for t in out.tensors.values()]
+            want = [(s.name, s.shape, s.ggml_type, s.nbytes) for s in specs]
+            if got != want or len(out.metadata) != n_kv:
+                raise GGUFError(f"{path}: the written file does not read back as planned")
+    return validate
+
+
+def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: bool = False,
+                  progress: bool | None = None,
+                  warn: Callable[[str], None] | None = None) -> QuantizeReport:
+    ftype = resolve_ftype(type_name)
+    src, dst = Path(src), Path(dst)
+    warn = warn or (lambda msg: print(f"localinfer: warning: {msg}", file=sys.stderr))
+    if dst.exists() and dst.resolve() == src.resolve():
+        raise InvalidRequestError("the output file must differ from the input file")
+    t0 = time.monotonic()
+    with open_gguf(src) as g:
+        st = _mix_state(g, ftype)
+        for info in g.tensors.values():
+            format_for(info.ggml_type)  # refuses types we cannot read
+        targets = plan_types(st, {n: (t.shape, t.ggml_type) for n, t in g.tensors.items()}, pure)
+        names = llama_order(list(g.tensors))
+        specs = [TensorSpec(n, g.tensors[n].shape, targets[n]) for n in names]
+        report = QuantizeReport(ftype, fallbacks=st.n_fallback)
+        quantized_in = [n for n in names if g.tensors[n].ggml_type not in (T.F32, T.F16, T.BF16)
+                        and targets[n] != g.tensors[n].ggml_type]
+        if quantized_in:
+            warn(f"{len(quantized_in)} tensors are already quantized; they are dequantized "
+                 "first, which adds the old quantization error to the new one")
+        kvs = _kvs(g, FTYPES[ftype][0])
+        alignment = g.alignment
+        remove_stale_temps(dst.parent)
+        with atomic_write(dst, validate=_validator(specs, len(kvs))) as f:
+            writer = GGUFStreamWriter(f, kvs, specs, alignment)
+            total = sum(g.tensors[n].nbytes for n in names) or 1
+            done = 0
+            for i, spec in enumerate(specs):  # label: tensor i/n, overall % done before it
+                step = f"[{i + 1:>4}/{len(specs)} {100 * done / total:3.0f}%]"
+                _write_tensor(g, g.tensors[spec.name], spec, writer, report, step, progress)
+                done += g.tensors[spec.name].nbytes
+            writer.finish()
+        report.requantized = len(quantized_in)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _write_tensor(g: GGUFFile, info: TensorInfo, spec: TensorSpec, writer: GGUFStreamWriter,
+                  report: QuantizeReport, step: str, progress: bool | None) -> None:
+    src_t, dst_t = T(info.ggml_type).name, T(spec.ggml_type).name
+    label = f"{step} {info.name:<32} {src_t:>5} → {dst_t:<5}"
+    if info.ggml_type == spec.ggml_type:
+        writer.write_tensor(info.name, g.raw(info.name))
+    else:
+        fmt = format_for(spec.ggml_type)
+        n_rows = info.n_elements // info.shape[0]
+        step_rows = max(1, SLAB_BYTES // (4 * info.shape[0]))
+        with ProgressBar(info.nbytes, label, enabled=progress) as bar:
+            for r0 in range(0, n_rows, step_rows):
+                rows = slice(r0, min(n_rows, r0 + step_rows))
+                q = fmt.quantize(_to_f32(g, info, rows))
+                writer.write_tensor(info.name, q, last_chunk=rows.stop == n_rows)
+                bar.update((rows.stop - r0) * info.row_bytes)
+    report.tensors.append((info.name, src_t, dst_t, info.nbytes, spec.nbytes))
