@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from localinfer.errors import BackendUnavailableError, InvalidRequestError
 
@@ -27,6 +27,9 @@ class ModelRunner(ABC):
     """
 
     name: str = "abstract"
+    # True for runners that take any architecture their library knows (llama.cpp): LLM then
+    # validates the GGUF file but not the architecture's hyperparameters and tensors
+    supports_any_architecture: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -53,6 +56,12 @@ class ModelRunner(ABC):
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
         """Run one step: write the batch's K/V into the pool, return float32 logits of shape
         (len(batch.logits_indices), n_vocab) in the order of batch.logits_indices."""
+
+    def free_sequence(  # noqa: B027 - optional hook
+        self, seq_id: int, block_table: list[int], cached: set[int]
+    ) -> None:
+        """The engine freed a sequence's blocks (finished, aborted or preempted); `cached`
+        are those it keeps in its prefix cache. Runners that own the block pool ignore it."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (memory maps, threads)."""

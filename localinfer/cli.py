@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("models", "list catalog models and which are pulled"),
     "rm": ("models", "remove a pulled model from the cache"),
     "info": ("info", "describe a GGUF model: architecture, sizes, tensor types, memory"),
+    "serve": ("serve", "serve an OpenAI-compatible HTTP API (chat, completions, metrics)"),
     "quantize": ("quantize", "quantize a GGUF model (byte-identical to llama.cpp's quantizer)"),
 }
 

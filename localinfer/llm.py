@@ -83,24 +83,29 @@ class LLM:
         block_size: int = 16,
         enable_prefix_caching: bool = True,
         progress: bool = False,
+        backend_options: dict[str, Any] | None = None,
     ) -> None:
+        """backend_options: extra keyword arguments for the backend's runner, e.g.
+        {"n_gpu_layers": 99} for llamacpp."""
         from localinfer.backend import get_backend
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate
         from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN, EngineConfig
         from localinfer.engine.llm_engine import LLMEngine
         from localinfer.gguf_file import open_gguf
-        from localinfer.model_config import ModelConfig
+        from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
         from localinfer.tokenizer import Tokenizer
 
         self.path: Path = Catalog.load().resolve(model, progress=progress)
         self.gguf = open_gguf(self.path)
         try:
-            self.config = ModelConfig.from_gguf(self.gguf)
-            self.config.check_tensors(self.gguf)
+            runner_cls = get_backend(backend)
+            any_arch = runner_cls.supports_any_architecture
+            self.config = ModelConfig.from_gguf(self.gguf, strict_arch=not any_arch)
+            if self.config.arch in SUPPORTED_ARCHITECTURES:
+                self.config.check_tensors(self.gguf)
             self.tokenizer = Tokenizer.from_gguf(self.gguf.metadata)
             self.chat_template = ChatTemplate.from_gguf(self.gguf.metadata, self.tokenizer)
-            runner_cls = get_backend(backend)
             max_len = min(max_model_len or DEFAULT_MAX_MODEL_LEN, self.config.n_ctx_train)
             self.engine_config = EngineConfig(
                 max_model_len=max_len,
@@ -120,6 +125,7 @@ class LLM:
                 block_size=block_size,
                 threads=threads,
                 progress=progress,
+                **(backend_options or {}),
             )
         except BaseException:
             self.gguf.close()

@@ -32,12 +32,14 @@ class ModelConfig:
     tied_embeddings: bool  # no output.weight: the token embedding doubles as the output head
 
     @classmethod
-    def from_gguf(cls, g: GGUFFile) -> ModelConfig:
+    def from_gguf(cls, g: GGUFFile, strict_arch: bool = True) -> ModelConfig:
+        """strict_arch=False accepts any architecture (for runners such as llama.cpp that
+        know more of them); the generic metadata and vocabulary checks still apply."""
         meta = g.metadata
         arch = meta.get("general.architecture")
         if not isinstance(arch, str):
             raise GGUFError(f"{g.path}: missing general.architecture")
-        if arch not in SUPPORTED_ARCHITECTURES:
+        if strict_arch and arch not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModelError(
                 f"architecture {arch!r} is not supported "
                 f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"

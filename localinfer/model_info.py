@@ -6,6 +6,7 @@ through ModelConfig, which only accepts architectures a backend can run).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,10 @@ class ModelInfo:
     kv_cache_bytes: int  # f16 K and V for DEFAULT_POOL_SEQS sequences of n_ctx tokens
     compute_bytes: int  # activations of one step, rough
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def backends(self) -> list[str]:
+        return runnable_backends(self.architecture)
 
     @property
     def memory_bytes(self) -> int:
@@ -154,6 +159,18 @@ def _opt(value: object) -> str:
     return "?" if value is None else str(value)
 
 
+def runnable_backends(arch: str) -> list[str]:
+    """Backends that can run this architecture here (without importing any of them)."""
+    from localinfer.model_config import SUPPORTED_ARCHITECTURES
+
+    found = ["numba"] if arch in SUPPORTED_ARCHITECTURES else []
+    if importlib.util.find_spec("llama_cpp") is not None:  # any architecture llama.cpp knows
+        found.append("llamacpp")
+    else:
+        found.append("llamacpp (not installed: pip install 'localinfer[llamacpp]')")
+    return found
+
+
 def format_info(info: ModelInfo) -> str:
     types = ", ".join(f"{k} {s.count} ({_size(s.nbytes)})" for k, s in info.tensor_types.items())
     heads = f"{_opt(info.n_heads)} ({_opt(info.n_kv_heads)} KV)"
@@ -167,6 +184,7 @@ def format_info(info: ModelInfo) -> str:
                    f"head dim {_opt(info.head_dim)}; feed-forward {_opt(info.n_ff)}"),
         ("vocabulary", f"{_opt(info.n_vocab)} tokens ({info.tokenizer_model or 'no'} tokenizer)"),
         ("chat template", "yes" if info.has_chat_template else "no"),
+        ("backends", ", ".join(info.backends)),
         ("memory", f"~{_size(info.memory_bytes)}: weights {_size(info.weights_bytes)} (mapped)"
                    f" + KV cache {_size(info.kv_cache_bytes)} (f16, {DEFAULT_POOL_SEQS} x "
                    f"{_opt(info.n_ctx)} tokens) + compute ~{_size(info.compute_bytes)}"),

@@ -49,3 +49,19 @@ def gemma3_path() -> Path:
 @pytest.fixture(scope="session")
 def qwen2_path() -> Path:
     return _catalog_model("LOCALINFER_TEST_QWEN2", "qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def server(smollm2_path: Path):
+    """One real localinfer server (uvicorn, loopback, a free port) shared by the server tests;
+    a 512-token context keeps the long-prompt cases quick."""
+    pytest.importorskip("uvicorn")
+    from server_harness import ServerThread
+
+    from localinfer.server.config import ServerConfig
+
+    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
+                          max_model_len=512, max_num_seqs=16, threads=2)
+    srv = ServerThread(config, smollm2_path).start()
+    yield srv
+    srv.stop()

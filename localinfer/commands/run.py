@@ -12,7 +12,9 @@ from localinfer.errors import InvalidRequestError
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt ('-' or omitted: read stdin)")
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
-    p.add_argument("--backend", default="numba", help="numba (default)")
+    p.add_argument("--backend", default="numba", help="numba (default) or llamacpp")
+    p.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="llamacpp backend: layers to offload to a Metal/CUDA GPU")
     p.add_argument("--max-tokens", "-n", type=int, default=256)
     p.add_argument("--temperature", "-t", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -49,7 +51,9 @@ def main(name: str, args: argparse.Namespace) -> int:
         stop=args.stop,
     )
     llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
-              kv_cache_mb=args.kv_cache_mb, progress=True)
+              kv_cache_mb=args.kv_cache_mb, progress=True,
+              backend_options={"n_gpu_layers": args.n_gpu_layers}
+              if args.backend == "llamacpp" else None)
     if args.raw:
         request: str | list[dict[str, str]] = prompt
     else:

@@ -10,6 +10,7 @@ hash and stay reusable until the pool needs them (evicted least recently freed f
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from localinfer.engine.config import cdiv
@@ -40,6 +41,9 @@ class BlockManager:
         self.cached_blocks: dict[int, int] = {}  # hash -> block id
         self.prefix_queried_tokens = 0
         self.prefix_hit_tokens = 0
+        # called by free() with (seq_id, block_table, ids of those blocks still cached):
+        # runners whose KV lives outside the block pool (llama.cpp) drop the rest there
+        self.on_free: Callable[[int, list[int], set[int]], None] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -161,6 +165,9 @@ class BlockManager:
                 self.free_blocks[block_id] = None
                 if block.hash is None:
                     self.free_blocks.move_to_end(block_id, last=False)
+        if self.on_free is not None:
+            table = seq.block_table
+            self.on_free(seq.seq_id, table, {b for b in table if self.blocks[b].hash is not None})
         seq.block_table = []
         seq.num_computed_tokens = 0
         seq.num_registered_blocks = 0

@@ -133,17 +133,21 @@ class EngineLoop:
             self._num_queued += 1
 
         def add() -> None:
-            with self._count_lock:
-                self._num_queued -= 1
-            if handle.aborted:  # aborted before the engine ever saw it
-                handle._put(_DONE)
-                return
             try:
-                handle.seq_id = self.engine.add_request(prompt_token_ids, params, request_id)
-            except Exception as exc:  # a bad request fails alone
-                handle._put(_Failure(exc))
-                return
-            self._handles[handle.seq_id] = handle
+                if handle.aborted:  # aborted before the engine ever saw it
+                    handle._put(_DONE)
+                    return
+                try:
+                    handle.seq_id = self.engine.add_request(prompt_token_ids, params, request_id)
+                except Exception as exc:  # a bad request fails alone
+                    handle._put(_Failure(exc))
+                    return
+                self._handles[handle.seq_id] = handle
+                # publish before un-counting, so the queue limit never sees it in neither
+                self._publish_stats()
+            finally:
+                with self._count_lock:
+                    self._num_queued -= 1
 
         self._send(add)
         return handle
@@ -160,6 +164,11 @@ class EngineLoop:
     def stats(self) -> EngineStats:
         with self._stats_lock:
             return self._stats
+
+    @property
+    def num_queued(self) -> int:
+        """Requests submitted but not yet handed to the engine."""
+        return self._num_queued
 
     @property
     def num_in_flight(self) -> int:

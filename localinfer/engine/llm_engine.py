@@ -56,6 +56,7 @@ class LLMEngine:
         self.block_manager = BlockManager(
             config.num_blocks, config.block_size, config.enable_prefix_caching
         )
+        self.block_manager.on_free = getattr(runner, "free_sequence", None)  # optional hook
         self.scheduler = Scheduler(config, self.block_manager, tokenizer.eog_ids)
         self.sampler = Sampler()
         self.streams: dict[int, TextStream] = {}

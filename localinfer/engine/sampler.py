@@ -95,7 +95,8 @@ def recent_tokens(seq: Sequence, last_n: int) -> list[int]:
 
 
 def make_generator(params: SamplingParams) -> np.random.Generator:
-    return np.random.default_rng(params.seed)
+    # any integer is a valid seed (OpenAI clients send negative ones); numpy wants >= 0
+    return np.random.default_rng(None if params.seed is None else params.seed % 2**64)
 
 
 class Sampler:

@@ -1,0 +1,81 @@
+"""`localinfer serve`: the OpenAI-compatible HTTP server (needs the [server] extra)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+from localinfer.errors import BackendUnavailableError, InvalidRequestError, LocalInferError
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
+    p.add_argument("--served-model-name", help="the model id clients use (default: the name)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not for /health)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback bind without an API key")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="also accept this Host header (repeatable; '*' for any)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="allow this browser origin (repeatable; CORS is off by default)")
+    p.add_argument("--backend", default="numba")
+    p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
+    p.add_argument("--kv-cache-mb", type=float, help="KV cache budget in MB")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="sequences batched per step")
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--max-queue", type=int,
+                   help="waiting requests before new ones get 429 (default: unbounded)")
+    p.add_argument("--max-body-mb", type=float, default=8.0, help="request body limit")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGTERM, seconds in-flight requests may take to finish")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+
+
+def main(name: str, args: argparse.Namespace) -> int:
+    for module in ("starlette", "uvicorn", "prometheus_client"):
+        if importlib.util.find_spec(module) is None:
+            raise BackendUnavailableError(
+                f"`localinfer serve` needs {module}: pip install 'localinfer[server]'")
+    from localinfer.catalog import Catalog
+    from localinfer.server.config import ServerConfig, is_loopback
+    from localinfer.server.runner import build_server
+
+    if not is_loopback(args.host) and not args.api_key and not args.insecure:
+        raise InvalidRequestError(
+            f"binding to {args.host} exposes the server beyond this machine; set --api-key "
+            "(or pass --insecure to serve without one)")
+    for flag, value in (("--port", args.port), ("--max-queue", args.max_queue)):
+        if value is not None and value < 0:
+            raise InvalidRequestError(f"invalid {flag}: must be >= 0, got {value}")
+    config = ServerConfig(
+        model=args.model, served_model_name=args.served_model_name, host=args.host,
+        port=args.port, api_key=args.api_key, allowed_hosts=args.allowed_host,
+        cors_origins=args.cors_origin, max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        max_queue=args.max_queue, drain_timeout=args.drain_timeout, backend=args.backend,
+        threads=args.threads, max_model_len=args.ctx, kv_cache_mb=args.kv_cache_mb,
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        enable_prefix_caching=not args.no_prefix_caching, warmup=not args.no_warmup,
+        log_level=args.log_level)
+    path = Catalog.load().resolve(args.model, progress=True)  # fail fast, pull with a bar
+    _setup_logging(args.log_level)
+    server = build_server(config, model_path=path)
+    server.run()
+    if server.failed:
+        raise LocalInferError(f"the model failed to load: {server.state.load_error}")
+    return 0
+
+
+def _setup_logging(level: str) -> None:
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+    logger = logging.getLogger("localinfer")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())

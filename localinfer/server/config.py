@@ -1,0 +1,41 @@
+"""ServerConfig: everything `localinfer serve` is told, in one place."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+
+
+@dataclass(slots=True)
+class ServerConfig:
+    model: str | None = None  # catalog name or .gguf path; None: the catalog default
+    served_model_name: str | None = None  # the id clients send as `model`
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    allowed_hosts: list[str] = field(default_factory=list)  # extra Host header names; "*": any
+    cors_origins: list[str] = field(default_factory=list)  # empty: CORS off
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_queue: int | None = None  # waiting requests before 429
+    drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may finish
+    backend: str = "numba"
+    threads: int | None = None
+    max_model_len: int | None = None
+    kv_cache_mb: float | None = None
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    warmup: bool = True  # compile/run the kernels once before reporting ready
+    log_level: str = "info"
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,103 @@
+"""OpenAI response bodies: chat completions, text completions, their stream chunks, logprobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localinfer.engine.outputs import TokenLogprob
+from localinfer.server.generation import ChoiceState, Job
+
+_MIN_LOGPROB = -9999.0  # JSON has no -inf
+
+
+class Formatter:
+    """Builds the bodies of one request; `chat` selects the chat or the completions shape."""
+
+    def __init__(self, job: Job, model: str, chat: bool, logprobs: bool) -> None:
+        self.job = job
+        self.want_logprobs = logprobs
+        self.model = model
+        self.chat = chat
+        self.tokenizer = job.state.llm.tokenizer
+        self.object = "chat.completion" if chat else "text_completion"
+
+    def _envelope(self, obj: str) -> dict[str, Any]:
+        return {"id": self.job.request_id, "object": obj, "created": self.job.created,
+                "model": self.model, "system_fingerprint": self.job.state.system_fingerprint}
+
+    # -- whole answers --------------------------------------------------------------------------
+
+    def response(self) -> dict[str, Any]:
+        body = self._envelope(self.object)
+        body["choices"] = [self._choice(c) for c in self.job.choices]
+        body["usage"] = self.job.usage()
+        return body
+
+    def _choice(self, c: ChoiceState) -> dict[str, Any]:
+        logprobs = self.logprobs(c.logprobs, 0) if self.want_logprobs else None
+        if self.chat:
+            return {"index": c.index, "message": {"role": "assistant", "content": c.text},
+                    "logprobs": logprobs, "finish_reason": c.finish_reason}
+        return {"index": c.index, "text": c.text, "logprobs": logprobs,
+                "finish_reason": c.finish_reason}
+
+    # -- stream chunks --------------------------------------------------------------------------
+
+    def chunk(self, index: int, text: str | None, logprobs: list[TokenLogprob] | None,
+              finish_reason: str | None, text_offset: int = 0,
+              usage_null: bool = False) -> dict[str, Any]:
+        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion")
+        lp = self.logprobs(logprobs, text_offset) if logprobs else None
+        if self.chat:
+            delta: dict[str, Any] = {}
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": index, "delta": delta, "logprobs": lp,
+                      "finish_reason": finish_reason}
+        else:
+            choice = {"index": index, "text": text or "", "logprobs": lp,
+                      "finish_reason": finish_reason}
+        body["choices"] = [choice]
+        if usage_null:
+            body["usage"] = None
+        return body
+
+    def role_chunk(self, index: int, usage_null: bool) -> dict[str, Any]:
+        body = self.chunk(index, "", None, None, usage_null=usage_null)
+        body["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        return body
+
+    def usage_chunk(self) -> dict[str, Any]:
+        body = self._envelope("chat.completion.chunk" if self.chat else "text_completion")
+        body["choices"] = []
+        body["usage"] = self.job.usage()
+        return body
+
+    # -- logprobs -------------------------------------------------------------------------------
+
+    def _token(self, token_id: int) -> tuple[str, bytes]:
+        raw = self.tokenizer.token_to_bytes(token_id)
+        return raw.decode("utf-8", "replace"), raw
+
+    def logprobs(self, items: list[TokenLogprob], text_offset: int) -> dict[str, Any]:
+        if self.chat:
+            content = []
+            for item in items:
+                text, raw = self._token(item.token_id)
+                top = []
+                for tid, lp in item.top:
+                    t, b = self._token(tid)
+                    top.append({"token": t, "logprob": max(lp, _MIN_LOGPROB), "bytes": list(b)})
+                content.append({"token": text, "logprob": max(item.logprob, _MIN_LOGPROB),
+                                "bytes": list(raw), "top_logprobs": top})
+            return {"content": content}
+        tokens, token_logprobs, tops, offsets = [], [], [], []
+        for item in items:
+            text, _ = self._token(item.token_id)
+            tokens.append(text)
+            token_logprobs.append(max(item.logprob, _MIN_LOGPROB))
+            tops.append({self._token(tid)[0]: max(lp, _MIN_LOGPROB) for tid, lp in item.top})
+            offsets.append(text_offset)
+            text_offset += len(text)
+        return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops,
+                "text_offset": offsets}

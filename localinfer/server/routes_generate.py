@@ -1,0 +1,56 @@
+"""POST /v1/chat/completions and POST /v1/completions."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from localinfer.server.formatting import Formatter
+from localinfer.server.generation import ClientGone, Job, until_disconnect
+from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
+from localinfer.server.protocol import GenerationFields, parse_generation
+from localinfer.server.security import read_json
+from localinfer.server.state import ServerState
+from localinfer.server.streaming import sse_response
+
+CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
+
+
+async def chat_completions(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    body = await read_json(request, state.config.max_body_bytes)
+    state.require_ready()
+    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len)
+    state.check_model(fields.model)
+    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"))
+    check_context(len(ids), state.max_model_len, "messages")
+    return await _generate(request, state, [ids], fields, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    body = await read_json(request, state.config.max_body_bytes)
+    state.require_ready()
+    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len)
+    state.check_model(fields.model)
+    prompts = await asyncio.to_thread(completion_prompts, state.llm, body.get("prompt"))
+    for ids in prompts:
+        check_context(len(ids), state.max_model_len, "prompt")
+    return await _generate(request, state, prompts, fields, chat=False)
+
+
+async def _generate(request: Request, state: ServerState, prompts: list[list[int]],
+                    fields: GenerationFields, *, chat: bool) -> Response:
+    job = Job.submit(state, "chatcmpl" if chat else "cmpl", prompts, fields)
+    fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None)
+    if fields.stream:
+        return sse_response(job, fmt, fields.include_usage)
+    try:
+        await until_disconnect(request.receive, job.collect())
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        job.close()
+    return JSONResponse(fmt.response())

@@ -1,0 +1,61 @@
+"""Server-sent events for `stream: true`: OpenAI chunks, then `data: [DONE]`.
+
+Errors are checked before the first byte (context length, bad tokens, queue full); one that
+happens later — the engine raising mid-stream, a shutdown abort — becomes an error event
+followed by `[DONE]`. When the client goes away Starlette cancels this generator, whose
+`finally` aborts the sequences at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.responses import StreamingResponse
+
+from localinfer.server.formatting import Formatter
+from localinfer.server.generation import Job
+from localinfer.server.protocol import APIError
+
+log = logging.getLogger("localinfer.server")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def sse_response(job: Job, fmt: Formatter, include_usage: bool) -> StreamingResponse:
+    # the background task also closes the job if the stream never started (early disconnect)
+    return StreamingResponse(events(job, fmt, include_usage), media_type="text/event-stream",
+                             headers=SSE_HEADERS, background=BackgroundTask(job.close))
+
+
+async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator[str]:
+    try:
+        if fmt.chat:
+            for c in job.choices:
+                yield sse(fmt.role_chunk(c.index, include_usage))
+        async for choice, out in job.outputs():
+            lp = out.logprobs if fmt.want_logprobs else None
+            if out.text or lp:
+                offset = len(choice.text) - len(out.text)
+                yield sse(fmt.chunk(choice.index, out.text, lp, None, offset, include_usage))
+            if out.finished:
+                yield sse(fmt.chunk(choice.index, None, None, choice.finish_reason,
+                                    usage_null=include_usage))
+        if include_usage:
+            yield sse(fmt.usage_chunk())
+    except APIError as exc:
+        log.warning("stream %s failed: %s", job.request_id, exc.message)
+        yield sse(exc.body())
+    except Exception as exc:  # never a broken stream without a reason
+        log.exception("stream %s failed", job.request_id)
+        yield sse(APIError(500, f"internal error: {exc}", type="server_error").body())
+    finally:
+        job.close()
+    yield "data: [DONE]\n\n"

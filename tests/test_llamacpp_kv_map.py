@@ -1,0 +1,96 @@
+"""KVMap (the llama.cpp backend's block -> llama.cpp sequence bookkeeping) on a fake memory
+that tracks cells exactly as llama.cpp's unified cache does: a cell is (position, set of seq ids)."""
+
+from __future__ import annotations
+
+import pytest
+from localinfer.backends.llamacpp.kv_map import KVMap
+
+BS = 4
+
+
+class FakeMemory:
+    def __init__(self) -> None:
+        self.cells: dict[int, tuple[int, set[int]]] = {}  # cell -> (pos, seqs)
+        self._next = 0
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        for pos, seqs in self.cells.values():
+            if src in seqs and p0 <= pos < p1:
+                seqs.add(dst)
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        for cell, (pos, seqs) in list(self.cells.items()):
+            if seq in seqs and p0 <= pos < p1:
+                seqs.discard(seq)
+                if not seqs:
+                    del self.cells[cell]
+
+    def decode(self, seq: int, first_pos: int, n: int) -> None:
+        have = sorted(p for p, s in self.cells.values() if seq in s)
+        assert have == list(range(first_pos)), f"seq {seq} holds {have}, decodes from {first_pos}"
+        for pos in range(first_pos, first_pos + n):
+            self.cells[self._next] = (pos, {seq})
+            self._next += 1
+
+    def positions(self, seq: int) -> list[int]:
+        return sorted(p for p, s in self.cells.values() if seq in s)
+
+
+def step(kv: KVMap, mem: FakeMemory, seq_id: int, table: list[int], first: int, n: int) -> int:
+    inp = kv.prepare(seq_id, table, first, list(range(100 + first, 100 + first + n)))
+    mem.decode(inp.llama_seq, inp.first_pos, len(inp.token_ids))
+    return inp.n_prefix
+
+
+def test_prefix_hit_is_copied_and_tail_freed() -> None:
+    mem = FakeMemory()
+    kv = KVMap(mem, BS, n_seq_max=8)
+    step(kv, mem, 0, [0, 1, 2], 0, 10)  # blocks 0, 1 full, block 2 holds 2 tokens
+    kv.free(0, [0, 1, 2], cached={0, 1})
+    assert len(mem.cells) == 8  # the partial block's cells are gone, the cached ones stay
+    assert step(kv, mem, 1, [0, 1, 5], 8, 3) == 0  # engine: 8 cached tokens
+    me = kv.live[1]
+    assert mem.positions(me) == list(range(11))
+    assert kv.prefix_tokens_copied == 8 and kv.prefix_tokens_recomputed == 0
+    kv.free(1, [0, 1, 5], cached={0, 1})
+    assert len(mem.cells) == 8 and len(kv.cell_blocks()) == 1  # one holder per cached block
+
+
+def test_reused_block_evicts_old_cells() -> None:
+    mem = FakeMemory()
+    kv = KVMap(mem, BS, n_seq_max=8)
+    step(kv, mem, 0, [0, 1], 0, 8)
+    kv.free(0, [0, 1], cached={0, 1})
+    step(kv, mem, 1, [1], 0, 3)  # the engine evicted block 1 and gave it to a new sequence
+    assert len(mem.cells) == 4 + 3
+    assert kv.cell_blocks() == {kv.live[1]: {1}, 0: {0}}
+
+
+def test_exhausted_seq_ids_drop_the_oldest_holder_and_recompute() -> None:
+    mem = FakeMemory()
+    kv = KVMap(mem, BS, n_seq_max=2)
+    step(kv, mem, 0, [0, 1], 0, 8)
+    kv.free(0, [0, 1], cached={0, 1})  # llama seq 0 retired, holding blocks 0 and 1
+    step(kv, mem, 1, [2], 0, 2)  # takes llama seq 1
+    # a third sequence needs an id: seq 0's cells go, its cached prefix is recomputed
+    assert step(kv, mem, 2, [0, 1, 3], 8, 1) == 8
+    assert kv.evicted_holders == 1 and kv.prefix_tokens_recomputed == 8
+    assert mem.positions(kv.live[2]) == list(range(9))
+
+
+def test_preempted_sequence_gets_a_fresh_id_and_no_cells_leak() -> None:
+    mem = FakeMemory()
+    kv = KVMap(mem, BS, n_seq_max=4)
+    step(kv, mem, 0, [0, 1], 0, 6)
+    kv.free(0, [0, 1], cached={0})  # preempted: block 0 stays cached
+    assert step(kv, mem, 0, [0, 2], 4, 3) == 0  # readmitted with a cache hit on block 0
+    kv.free(0, [0, 2], cached=set())
+    assert mem.cells == {} and kv.cell_blocks() == {} and not kv.records
+
+
+def test_resuming_at_the_wrong_position_is_a_bookkeeping_error() -> None:
+    kv = KVMap(FakeMemory(), BS, n_seq_max=2)
+    kv.prepare(0, [0], 0, [1, 2])
+    with pytest.raises(RuntimeError, match="resumes at 3"):
+        kv.prepare(0, [0], 3, [4])
