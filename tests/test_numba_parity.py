@@ -80,16 +80,22 @@ def run_chunks(runner, tokens: list[int], chunks: list[int], table: list[int]) -
     return np.concatenate(out)
 
 
-@pytest.fixture(scope="module")
-def runner(smollm2_path):
+@pytest.fixture(scope="module", params=["native", "generic"])
+def runner(request, smollm2_path):
+    """Every test runs on the host's fastest kernel path and on the plain-Numba fallback."""
+    from localinfer.backends.numba_cpu.isa import resolve_isa
     from localinfer.backends.numba_cpu.runner import NumbaModelRunner
 
     from localinfer.gguf_file import open_gguf
     from localinfer.model_config import ModelConfig
 
+    isa = resolve_isa("auto") if request.param == "native" else "generic"
+    if request.param == "native" and isa == "generic":
+        pytest.skip("this host has no native kernel path")
     g = open_gguf(smollm2_path)
     r = NumbaModelRunner(g, ModelConfig.from_gguf(g), num_blocks=160, block_size=BLOCK,
-                         threads=2)
+                         threads=2, isa=isa)
+    assert r.isa == isa
     yield r
     r.close()
     g.close()

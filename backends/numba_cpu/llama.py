@@ -5,7 +5,8 @@
                 x += Wdown · swiglu(Wgu · rmsnorm(x))
     logits = Whead · rmsnorm(x[logits_rows])            # (n_logits, n_vocab)
 
-Python dispatch happens once per step, not per layer or per operation.
+Python dispatch happens once per step, not per layer or per operation.  `isa` (isa.Isa) picks
+the kernels at compile time (dispatch.py); the wiring below is the same for every path.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels.attention import attention, write_kv
-from .kernels.elementwise import add_inplace, rmsnorm, rope_inplace, rope_tables, swiglu
-from .linear import embed_rows, linear
+from .dispatch import attend, embed, project, silu_mul
+from .kernels.elementwise import add_inplace, rmsnorm, rope_inplace, rope_tables
 
 
 def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head_dim: int,
-                 n_ff: int, rope_dim: int) -> tuple:
-    """Scratch for a step of up to n_tokens tokens (reused across steps)."""
+                 n_ff: int, rope_dim: int, threads: int = 1, max_ctx: int = 0) -> tuple:
+    """Scratch for a step of up to n_tokens tokens (reused across steps); attention scratch
+    for `threads` workers and contexts up to max_ctx (allocating inside a parallel loop costs
+    about a millisecond per call, so kernels get their per-thread memory from here)."""
     f32 = np.float32
     qkv_cols = (n_heads + 2 * n_kv_heads) * head_dim
     widest = max(n_embd, n_ff, n_heads * head_dim)
@@ -33,6 +35,8 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
         np.zeros((n_tokens, n_ff), f32),  # swiglu output
         np.zeros((n_tokens, rope_dim // 2), f32),  # cos
         np.zeros((n_tokens, rope_dim // 2), f32),  # sin
+        # per thread: Q of a GQA group, its scores, its output (group, 2 head_dim + max_ctx)
+        np.zeros((threads, n_heads // n_kv_heads, 2 * head_dim + max_ctx), f32),
         (
             np.zeros((n_tokens, widest), np.int8),  # int8 activation codes
             np.zeros((n_tokens, widest // 32), f32),  # block scales
@@ -43,16 +47,17 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
 
 
 @njit(cache=True, nogil=True)
-def llama_step(tokens, positions, token_seq, block_tables, slot_mapping, logits_rows,
+def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, logits_rows,
                dims, rms_eps, rope_base, attn_scale,
                embd, head, out_norm, attn_norm, ffn_norm, wqkv, wo, wgu, wdown,
                k_pool, v_pool, bufs, logits):
     """One forward step.  tokens, positions, token_seq (sequence index), slot_mapping:
     (n_tokens,); block_tables (n_seqs, max_blocks); logits_rows (n_logits,) -> logits
-    (n_logits, n_vocab).  k_pool, v_pool: (n_layers, n_blocks, block_size, n_kv, head_dim) u16."""
+    (n_logits, n_vocab).  k_pool, v_pool: (n_layers, ...) f16 bits in the isa's attention
+    layout (kernels/attention.py, kernels/attention_avx512.py)."""
     n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size = dims
     n = tokens.shape[0]
-    x_b, xn_b, qkv_b, att_b, gu_b, h_b, cos_b, sin_b, qbuf = bufs
+    x_b, xn_b, qkv_b, att_b, gu_b, h_b, cos_b, sin_b, att_scratch, qbuf = bufs
     x = x_b[:n]
     xn = xn_b[:n]
     qkv = qkv_b[:n]
@@ -62,25 +67,23 @@ def llama_step(tokens, positions, token_seq, block_tables, slot_mapping, logits_
     cos_t = cos_b[:n]
     sin_t = sin_b[:n]
     k_col = n_heads * head_dim
-    v_col = k_col + n_kv * head_dim
 
-    embed_rows(embd, tokens, x)
+    embed(isa, embd, tokens, x)
     rope_tables(positions, rope_dim, rope_base, cos_t, sin_t)
     for layer in range(n_layers):
         rmsnorm(x, attn_norm[layer], rms_eps, xn)
-        linear(wqkv, layer, xn, qbuf, qkv)  # (n, (n_heads + 2 n_kv) head_dim)
+        project(isa, wqkv, layer, xn, qbuf, qkv)  # (n, (n_heads + 2 n_kv) head_dim)
         rope_inplace(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
         rope_inplace(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
-        write_kv(qkv, k_col, v_col, n_kv, head_dim, slot_mapping, block_size,
-                 k_pool[layer], v_pool[layer])
-        attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                  block_size, k_pool[layer], v_pool[layer], attn_scale, att)
-        linear(wo, layer, att, qbuf, xn)  # (n, n_embd)
+        attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+               block_size, slot_mapping, k_pool[layer], v_pool[layer], attn_scale, att_scratch,
+               att)
+        project(isa, wo, layer, att, qbuf, xn)  # (n, n_embd)
         add_inplace(x, xn)
         rmsnorm(x, ffn_norm[layer], rms_eps, xn)
-        linear(wgu, layer, xn, qbuf, gu)  # (n, 2 n_ff)
-        swiglu(gu, n_ff, hid)
-        linear(wdown, layer, hid, qbuf, xn)  # (n, n_embd)
+        project(isa, wgu, layer, xn, qbuf, gu)  # (n, 2 n_ff)
+        silu_mul(isa, gu, n_ff, hid)
+        project(isa, wdown, layer, hid, qbuf, xn)  # (n, n_embd)
         add_inplace(x, xn)
 
     n_out = logits_rows.shape[0]
@@ -89,4 +92,4 @@ def llama_step(tokens, positions, token_seq, block_tables, slot_mapping, logits_
         sel[r] = x[logits_rows[r]]
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
-    linear(head, 0, xn_out, qbuf, logits)
+    project(isa, head, 0, xn_out, qbuf, logits)

@@ -39,24 +39,37 @@ class NumbaModelRunner(ModelRunner):
 
     def __init__(self, gguf: GGUFFile, config: ModelConfig, *, num_blocks: int, block_size: int,
                  threads: int | None = None, progress: bool = False,
-                 max_num_batched_tokens: int = 512) -> None:
+                 max_num_batched_tokens: int = 512, isa: str | None = None) -> None:
         super().__init__(gguf, config, num_blocks=num_blocks, block_size=block_size,
                          threads=threads, progress=progress)
         if config.arch != "llama":
             raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
         import numba
 
+        from .isa import Isa, resolve_isa
         from .llama import llama_step, make_buffers
         from .weights import LlamaWeights
 
         self.threads = threads or physical_cores()
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
         config.check_tensors(gguf)
-        self.weights = LlamaWeights.load(gguf, config)
         c = config
-        pool_shape = (c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim)
-        self.k_pool = np.zeros(pool_shape, np.uint16)  # f16 bits
-        self.v_pool = np.zeros(pool_shape, np.uint16)
+        self.isa = resolve_isa(isa)
+        if self.isa != "generic" and (block_size % 16 or c.head_dim % 16 or c.n_ff % 16):
+            if isa or os.environ.get("LOCALINFER_ISA", "auto") != "auto":
+                raise InvalidRequestError(f"ISA {self.isa!r} needs block_size, head_dim and "
+                                          "n_ff to be multiples of 16")
+            self.isa = "generic"
+        self._isa = Isa(self.isa)
+        self.weights = LlamaWeights.load(gguf, config, tiled=self.isa != "generic")
+        # f16 bits; the avx512 attention keeps K transposed within each block
+        if self.isa == "generic":
+            k_shape = v_shape = (c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim)
+        else:
+            k_shape = (c.n_layers, num_blocks, c.n_kv_heads, c.head_dim, block_size)
+            v_shape = (c.n_layers, num_blocks, c.n_kv_heads, block_size, c.head_dim)
+        self.k_pool = np.zeros(k_shape, np.uint16)
+        self.v_pool = np.zeros(v_shape, np.uint16)
         self._dims = (c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
                       c.rope_dim, block_size)
         self._step = llama_step
@@ -70,7 +83,8 @@ class NumbaModelRunner(ModelRunner):
             return
         c = self.config
         self._bufs = self._make_buffers(n_tokens, c.n_embd, c.n_heads, c.n_kv_heads,
-                                        c.head_dim, c.n_ff, c.rope_dim)
+                                        c.head_dim, c.n_ff, c.rope_dim, self.threads,
+                                        self.num_blocks * self.block_size)
         self._capacity = n_tokens
 
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
@@ -95,8 +109,9 @@ class NumbaModelRunner(ModelRunner):
         logits = np.empty((len(rows), self.config.n_vocab), np.float32)
         w = self.weights
         c = self.config
-        self._step(tokens, positions, token_seq, tables, np.asarray(batch.slot_mapping, np.int64),
-                   rows, self._dims, np.float32(c.rms_eps), float(c.rope_base),
+        slots = np.asarray(batch.slot_mapping, np.int64)
+        self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
+                   np.float32(c.rms_eps), float(c.rope_base),
                    np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
                    w.attn_norm, w.ffn_norm, w.wqkv, w.wo, w.wgu, w.wdown, self.k_pool,
                    self.v_pool, self._bufs, logits)

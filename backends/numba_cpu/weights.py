@@ -5,7 +5,11 @@ pass computes both halves of SwiGLU), wdown, plus the token embedding, the outpu
 embedding itself when tied) and the norm weights.  Stacking lets one jitted call run every
 layer.  Each role is handed to Numba as a WeightStack tuple
     (kind, nib, q, d, m, zero, w)
-with kind from quants.packed and the arrays of the other kinds left empty.
+with kind from quants.packed and the arrays of the other kinds left empty.  The avx512 path
+reads TileStack tuples instead (quants/tiles.py layout):
+    (kind, zero, w, d, m, wf)
+zero (n_layers,) int64 code offsets (Q4_0: 8, Q4_1: 0, Q8: 128), w/d/m per layer tiles, wf the
+float32 matrices of a KIND_F32 role.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 
 from .quants import KIND_F32, KIND_Q4, KIND_Q8, Packed, concat_rows, format_for, unpack_tensor
 from .quants.packed import WIDTH
+from .quants.tiles import TILE_ROWS, tile_bytes, to_tiles
 
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
@@ -64,6 +69,36 @@ def stack(layers: list[Packed]) -> WeightStack:
     return (kind, nib, q, d, m, zero, w)
 
 
+def stack_tiles(layers: list[Packed]) -> tuple:
+    """Per-layer matrices of one role -> TileStack with a leading layer axis."""
+    kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
+    if kind == KIND_Q4 and len({p.zero for p in layers}) > 1:
+        kind = KIND_Q8
+    n, first = len(layers), layers[0]
+    tiles, nb = -(-first.rows // TILE_ROWS), first.cols // 32
+    zero = np.zeros(n, np.int64)
+    w = np.empty((n, 0, 0, 0), np.uint8)  # unused arrays stay indexable by layer
+    d = m = np.empty((n, 0, 0, 0), np.uint16)
+    wf = np.empty((n, 0, 0), np.float32)
+    if kind == KIND_F32:
+        wf = np.empty((n, first.rows, first.cols), np.float32)
+    else:
+        w = np.empty((n, tiles, nb, tile_bytes(kind)), np.uint8)
+        d = np.empty((n, tiles, nb, TILE_ROWS), np.uint16)
+        if any(p.m is not None and np.any(p.m) for p in layers):
+            m = np.empty((n, tiles, nb, TILE_ROWS), np.uint16)
+    for i, p in enumerate(layers):  # fill in place: one layer's temporaries above the final
+        p = p.to_kind(kind)
+        if kind == KIND_F32:
+            wf[i] = p.w
+            continue
+        w[i], d[i], mi = to_tiles(p)
+        if m.size:
+            m[i] = mi
+        zero[i] = p.zero if kind == KIND_Q4 else 128
+    return (kind, zero, w, d, m, wf)
+
+
 @dataclass(slots=True)
 class LlamaWeights:
     embd: WeightStack  # (1, n_vocab, n_embd)
@@ -77,8 +112,10 @@ class LlamaWeights:
     wdown: WeightStack  # (n_layers, n_embd, n_ff)
 
     @classmethod
-    def load(cls, g: GGUFFile, config: ModelConfig) -> LlamaWeights:
-        """Repack every tensor; unsupported types raise UnsupportedModelError naming them."""
+    def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
+        """Repack every tensor (as TileStacks when `tiled`); unsupported types raise
+        UnsupportedModelError naming them."""
+        stack_role = stack_tiles if tiled else stack
         for name in config.expected_tensors():  # fail fast, before any big copy
             info = g.tensors[name]
             format_for(name, info.ggml_type, info.type_name)
@@ -88,20 +125,20 @@ class LlamaWeights:
 
         layers = range(config.n_layers)
         blk = "blk.{}.{}.weight".format
-        embd = stack([load_packed(g, "token_embd.weight")])
-        head = embd if config.tied_embeddings else stack([load_packed(g, "output.weight")])
+        embd = stack_role([load_packed(g, "token_embd.weight")])
+        head = embd if config.tied_embeddings else stack_role([load_packed(g, "output.weight")])
         return cls(
             embd=embd,
             head=head,
             out_norm=norm("output_norm.weight"),
             attn_norm=np.stack([norm(blk(i, "attn_norm")) for i in layers]),
             ffn_norm=np.stack([norm(blk(i, "ffn_norm")) for i in layers]),
-            wqkv=stack([concat_rows([load_packed(g, blk(i, t)) for t in
+            wqkv=stack_role([concat_rows([load_packed(g, blk(i, t)) for t in
                                      ("attn_q", "attn_k", "attn_v")]) for i in layers]),
-            wo=stack([load_packed(g, blk(i, "attn_output")) for i in layers]),
-            wgu=stack([concat_rows([load_packed(g, blk(i, t)) for t in ("ffn_gate", "ffn_up")])
+            wo=stack_role([load_packed(g, blk(i, "attn_output")) for i in layers]),
+            wgu=stack_role([concat_rows([load_packed(g, blk(i, t)) for t in ("ffn_gate", "ffn_up")])
                        for i in layers]),
-            wdown=stack([load_packed(g, blk(i, "ffn_down")) for i in layers]),
+            wdown=stack_role([load_packed(g, blk(i, "ffn_down")) for i in layers]),
         )
 
     def nbytes(self) -> int:
@@ -109,4 +146,5 @@ class LlamaWeights:
         stacks = [self.embd, self.wqkv, self.wo, self.wgu, self.wdown]
         if self.head is not self.embd:
             stacks.append(self.head)
-        return sum(a.nbytes for a in arrays) + sum(a.nbytes for s in stacks for a in s[1:])
+        stacked = (a for s in stacks for a in s[1:] if isinstance(a, np.ndarray))
+        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in stacked)

@@ -66,3 +66,12 @@ def f16_row_to_f32(src, bits, dst):
     as_f32 = bits.view(np.float32)
     for i in range(n):
         dst[i] = as_f32[i] * TWO_POW_112
+
+
+@njit(cache=True, nogil=True)
+def f16_value(h):
+    """One f16 bit pattern (finite) -> its value as float32 (exact)."""
+    e = (h >> 10) & 31
+    mant = h & 1023
+    v = math.ldexp(float(mant), -24) if e == 0 else math.ldexp(float(1024 + mant), e - 25)
+    return np.float32(-v if h & 0x8000 else v)

@@ -1,0 +1,120 @@
+"""Kernel selection by ISA at compile time: project / embed / attend / silu_mul are overloaded on
+the IsaType the step receives (isa.py), so llama.py wires one forward pass for every path.
+
+Weight stacks differ per path (weights.py): the generic path reads WeightStack 7-tuples
+(quants/packed.py layouts), the avx512 path TileStack 6-tuples (quants/tiles.py layout).
+"""
+
+from __future__ import annotations
+
+from numba.extending import overload
+
+from .isa import IsaType
+from .kernels.attention import attention, write_kv
+from .kernels.attention_avx512 import attention_avx512, write_kv_avx512
+from .kernels.elementwise import swiglu
+from .kernels.elementwise_avx512 import quantize_rows_avx512, swiglu_avx512
+from .kernels.matmul import matmul_f32
+from .kernels.matmul_avx512 import embed_tiles, matmul_tiles
+from .linear import embed_rows, linear
+from .quants.packed import KIND_F32, KIND_Q4
+
+
+def project(isa, ws, layer, x, qbuf, out):
+    """out (n_tokens, rows) = x (n_tokens, cols) @ W[layer].T."""
+
+
+def embed(isa, ws, tokens, out):
+    """out (n_tokens, cols) = rows `tokens` of W[0], dequantized."""
+
+
+def attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
+           slot_mapping, k_pool, v_pool, scale, scratch, out):
+    """Store this step's K/V (columns of qkv) into the pool, then causal GQA attention.
+    scratch: (threads, group, 2 head_dim + max_ctx) f32 per-thread memory (llama.make_buffers)."""
+
+
+def silu_mul(isa, gate_up, n_ff, out):
+    """out (n_tokens, n_ff) = silu(gate) * up of gate_up (n_tokens, 2 n_ff) = [gate | up]."""
+
+
+@overload(silu_mul, jit_options={"nogil": True})
+def _silu_mul(isa, gate_up, n_ff, out):
+    if not isinstance(isa, IsaType):
+        return None
+    if isa.isa == "generic":
+        def generic(isa, gate_up, n_ff, out):
+            swiglu(gate_up, n_ff, out)
+        return generic
+
+    def fast(isa, gate_up, n_ff, out):
+        swiglu_avx512(gate_up, n_ff, out)
+    return fast
+
+
+@overload(project, jit_options={"nogil": True})
+def _project(isa, ws, layer, x, qbuf, out):
+    if not isinstance(isa, IsaType):
+        return None
+    if isa.isa == "generic":
+        def generic(isa, ws, layer, x, qbuf, out):
+            linear(ws, layer, x, qbuf, out)
+        return generic
+
+    def tiled(isa, ws, layer, x, qbuf, out):
+        kind, zero, w, d, m, wf = ws
+        if kind == KIND_F32:
+            matmul_f32(wf[layer], x, out)
+            return
+        n_tokens, cols = x.shape
+        nb = cols // 32
+        xq = qbuf[0][:n_tokens]
+        xd = qbuf[1][:n_tokens, :nb]
+        xi = qbuf[2][:n_tokens, :nb]
+        xs = qbuf[3][:n_tokens, :nb]
+        quantize_rows_avx512(x, xq[:, :cols], xd, xi, xs)
+        matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
+                     out)
+    return tiled
+
+
+@overload(embed, jit_options={"nogil": True})
+def _embed(isa, ws, tokens, out):
+    if not isinstance(isa, IsaType):
+        return None
+    if isa.isa == "generic":
+        def generic(isa, ws, tokens, out):
+            embed_rows(ws, tokens, out)
+        return generic
+
+    def tiled(isa, ws, tokens, out):
+        kind, zero, w, d, m, wf = ws
+        if kind == KIND_F32:
+            for i in range(tokens.shape[0]):
+                out[i, :] = wf[0, tokens[i]]
+        else:
+            embed_tiles(kind == KIND_Q4, zero[0], w[0], d[0], m[0], tokens, out)
+    return tiled
+
+
+@overload(attend, jit_options={"nogil": True})
+def _attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
+            slot_mapping, k_pool, v_pool, scale, scratch, out):
+    if not isinstance(isa, IsaType):
+        return None
+    if isa.isa == "generic":
+        def generic(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                    block_size, slot_mapping, k_pool, v_pool, scale, scratch, out):
+            k_col = n_heads * head_dim
+            write_kv(qkv, k_col, k_col + n_kv * head_dim, n_kv, head_dim, slot_mapping,
+                     block_size, k_pool, v_pool)
+            attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                      block_size, k_pool, v_pool, scale, out)
+        return generic
+
+    def fast(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+             block_size, slot_mapping, k_pool, v_pool, scale, scratch, out):
+        write_kv_avx512(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool, v_pool)
+        attention_avx512(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                         block_size, k_pool, v_pool, scale, scratch, out)
+    return fast

@@ -1,0 +1,1 @@
+"""Explicit SIMD building blocks (per instruction set) and the host-feature dispatch."""
