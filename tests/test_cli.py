@@ -104,9 +104,11 @@ def test_run_tiny_model_with_stats_and_stdin(tmp_path: Path) -> None:
 
 
 def test_run_real_model_answers(smollm2_path: Path) -> None:
-    proc = cli("run", "--model", str(smollm2_path), "--max-tokens", "24", "Name three colors of the rainbow.")
+    proc = cli("run", "--model", str(smollm2_path), "--max-tokens", "24", "Explain what a computer is in one sentence.")
     assert proc.returncode == 0, proc.stderr
-    assert "red" in proc.stdout.lower()
+    # llama.cpp's own greedy answer starts "A computer is a device that processes information",
+    # every one of those tokens with a clear lead (no near-tie a kernel change could flip)
+    assert "computer is a device" in proc.stdout.lower()
 
 
 def test_info_and_list(smollm2_path: Path) -> None:

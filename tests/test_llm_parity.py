@@ -136,9 +136,9 @@ def test_shared_system_prompt_is_served_from_cache(llm: LLM) -> None:
 
 
 def test_chat_answer_is_coherent(llm: LLM) -> None:
-    res = llm.generate([{"role": "user", "content": "What is 2 + 2?"}],
+    res = llm.generate([{"role": "user", "content": "Explain what a computer is in one sentence."}],
                        SamplingParams(max_tokens=32))[0]
-    assert "4" in res.text
+    assert "computer is a device" in res.text.lower()
     assert res.finish_reason in ("stop", "length")
 
 
