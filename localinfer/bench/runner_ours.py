@@ -1,0 +1,121 @@
+"""The localinfer side: the real engine (LLM + LLMEngine, numba backend), timed step by step.
+
+Prefix caching is off and every repetition uses fresh prompt ids, so each prompt is computed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from localinfer.bench.plan import BenchPlan, prompt_ids, round_up
+from localinfer.bench.progress import Stage
+from localinfer.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class Drive:
+    """Timings of one engine run: start, all sequences have a first token, all finished."""
+
+    start: float
+    all_first: float
+    end: float
+    tokens_after_first: int  # tokens sampled after every sequence had its first one
+
+
+def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> Drive:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    start = time.perf_counter()
+    ids = {engine.add_request(p, params) for p in prompts}
+    waiting_first = set(ids)
+    all_first = 0.0
+    after = 0
+    while engine.has_unfinished_requests():
+        decoding = not waiting_first  # this whole step is in the decode phase
+        outs = engine.step()
+        now = time.perf_counter()
+        for out in outs:
+            if out.seq_id not in ids or not out.token_ids:
+                continue
+            if out.seq_id in waiting_first:
+                waiting_first.discard(out.seq_id)
+            elif decoding:
+                after += len(out.token_ids)
+        if not waiting_first and not all_first:
+            all_first = now
+    return Drive(start, all_first, time.perf_counter(), after)
+
+
+def _kv_mb(llm_path: str, tokens: int) -> float:
+    """kv_cache_mb that gives a pool of exactly `tokens` slots (16-token blocks)."""
+    from localinfer.backend import get_backend
+    from localinfer.gguf_file import open_gguf
+    from localinfer.model_config import ModelConfig
+
+    with open_gguf(llm_path) as g:
+        config = ModelConfig.from_gguf(g)
+    per_token = get_backend("numba").kv_bytes_per_token(config)
+    blocks = round_up(tokens, 16) // 16
+    return (blocks + 0.5) * 16 * per_token / 2**20
+
+
+def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
+    from localinfer.llm import LLM
+
+    return LLM(plan.model, backend="numba", threads=plan.threads, max_model_len=ctx,
+               kv_cache_mb=_kv_mb(plan.model, ctx), max_num_seqs=max_seqs,
+               max_num_batched_tokens=512, enable_prefix_caching=False)
+
+
+def single(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
+    """Prefill pp512, decode tg128 (from position 16) and at position ~1000, TTFT."""
+    stage.show("loading model")
+    llm = _llm(plan, plan.single_ctx, 4)
+    eng, nv = llm.engine, llm.tokenizer.n_vocab
+    stage.show("warm-up")
+    drive(eng, [prompt_ids(nv, 64, 1)], 4)
+    seed = 100
+    res: dict[str, Any] = {"prefill_tps": [], "decode_tps": [], "decode_tps_pos": [],
+                           "ttft_s": []}
+    for r in range(plan.pp_reps):
+        stage.show(f"prefill pp{plan.pp_tokens} ({r + 1}/{plan.pp_reps})")
+        d = drive(eng, [prompt_ids(nv, plan.pp_tokens, seed := seed + 1)], 1)
+        res["prefill_tps"].append(plan.pp_tokens / (d.all_first - d.start))
+    for r in range(plan.tg_reps):
+        stage.show(f"decode tg{plan.tg_tokens} ({r + 1}/{plan.tg_reps})")
+        d = drive(eng, [prompt_ids(nv, plan.tg_prompt, seed := seed + 1)], plan.tg_tokens + 1)
+        res["decode_tps"].append(d.tokens_after_first / (d.end - d.all_first))
+    for r in range(plan.tg_reps):
+        stage.show(f"decode at position {plan.pos_prompt} ({r + 1}/{plan.tg_reps})")
+        d = drive(eng, [prompt_ids(nv, plan.pos_prompt, seed := seed + 1)], plan.pos_tokens + 1)
+        res["decode_tps_pos"].append(d.tokens_after_first / (d.end - d.all_first))
+    for r in range(plan.ttft_reps):
+        stage.show(f"TTFT, {plan.ttft_prompt}-token prompt ({r + 1}/{plan.ttft_reps})")
+        d = drive(eng, [prompt_ids(nv, plan.ttft_prompt, seed := seed + 1)], 1)
+        res["ttft_s"].append(d.all_first - d.start)
+    llm.close()
+    return {k: summarize(v) for k, v in res.items()}
+
+
+def batch(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
+    """Aggregate decode: N sequences added at once through the scheduler."""
+    stage.show("loading model")
+    llm = _llm(plan, plan.batch_ctx, max(plan.agg_counts))
+    eng, nv = llm.engine, llm.tokenizer.n_vocab
+    stage.show("warm-up")
+    drive(eng, [prompt_ids(nv, plan.agg_prompt, 2 + i) for i in range(4)], 4)
+    res: dict[str, Any] = {}
+    for n in plan.agg_counts:
+        stage.show(f"aggregate decode, {n} x {plan.agg_tokens} tokens")
+        prompts = [prompt_ids(nv, plan.agg_prompt, 1000 * n + i) for i in range(n)]
+        d = drive(eng, prompts, plan.agg_tokens)
+        res[f"aggregate_tps_{n}"] = summarize([d.tokens_after_first / (d.end - d.all_first)])
+        res[f"aggregate_e2e_tps_{n}"] = n * plan.agg_tokens / (d.end - d.start)
+    llm.close()
+    return res
+
+
+def summarize(samples: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(samples), "samples": samples}

@@ -1,0 +1,75 @@
+"""JIT cold/warm start: wall time from process start to the first token on stdout.
+
+localinfer: `localinfer run --max-tokens 1` (it writes the token, or the final newline, right
+after the first token is sampled). Cold: an empty NUMBA_CACHE_DIR, so every kernel compiles;
+warm: the normal kernel cache under localinfer.paths.kernel_cache_dir(), filled by an untimed
+run first. llama.cpp: the same through llama-cpp-python in a fresh Python process (it has no
+JIT, so "cold" is simply its first start).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from localinfer.bench.plan import BenchPlan
+from localinfer.errors import LocalInferError
+
+
+def first_output_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """Seconds from spawning `cmd` to its first byte on stdout; the command must succeed."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    first = proc.stdout.read(1)
+    t1 = time.perf_counter()
+    _, err = proc.communicate()
+    if proc.returncode != 0 or not first:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise LocalInferError(f"bench: start-up probe failed ({tail[0]})")
+    return t1 - t0
+
+
+def ours_cmd(plan: BenchPlan) -> list[str]:
+    return [sys.executable, "-m", "localinfer", "run", "--model", plan.model, "--threads",
+            str(plan.threads), "--max-tokens", "1", "--raw", "Hello"]
+
+
+def peer_cmd(plan: BenchPlan) -> list[str]:
+    return [sys.executable, "-m", "localinfer.bench.worker", "llamacpp", "start",
+            plan.to_json()]
+
+
+def measure(cmd: list[str], plan: BenchPlan, cold_env: dict[str, str] | None,
+            show: Any) -> dict[str, Any]:
+    """cold (one run, with cold_env if given) then warm (plan.start_reps runs, median)."""
+    if cold_env is not None:
+        show("filling the kernel cache (untimed)")
+        first_output_s(cmd)
+        show("cold start (empty kernel cache)")
+        cold = first_output_s(cmd, cold_env)
+    else:
+        show("first start")
+        cold = first_output_s(cmd)
+    warm = []
+    for r in range(plan.start_reps):
+        show(f"warm start ({r + 1}/{plan.start_reps})")
+        warm.append(first_output_s(cmd))
+    return {"start_cold_s": {"median": cold, "samples": [cold]},
+            "start_warm_s": {"median": statistics.median(warm), "samples": warm}}
+
+
+def measure_ours(plan: BenchPlan, show: Any) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="localinfer-bench-jit-") as empty:
+        env = {**os.environ, "NUMBA_CACHE_DIR": empty}
+        return measure(ours_cmd(plan), plan, env, show)
+
+
+def measure_peer(plan: BenchPlan, show: Any) -> dict[str, Any]:
+    return measure(peer_cmd(plan), plan, None, show)

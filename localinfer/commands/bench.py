@@ -1,0 +1,68 @@
+"""`localinfer bench`: localinfer vs llama.cpp on the same GGUF and thread count, as ratios."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+from localinfer.errors import BackendUnavailableError, InvalidRequestError
+
+
+def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    from localinfer.server import loadgen  # light: no HTTP client imported until it runs
+
+    p.add_argument("mode", nargs="?", choices=("serve",),
+                   help="'serve': load-test an OpenAI-compatible server (--url; see [serve])")
+    loadgen.add_arguments(p)
+    p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
+    p.add_argument("--threads", type=int, help="CPU threads, both sides (default: physical cores)")
+    p.add_argument("--peer", choices=("llamacpp", "none"), default="llamacpp",
+                   help="compare against llama-cpp-python in-process (default) or nothing")
+    p.add_argument("--peer-bench", metavar="PATH",
+                   help="also run this native llama-bench binary (-p 512 -n 128 -t N)")
+    p.add_argument("--json", metavar="FILE", type=Path, help="write every number to FILE")
+    p.add_argument("--quick", action="store_true", help="fewer and shorter repetitions")
+
+
+def main(name: str, args: argparse.Namespace) -> int:
+    if getattr(args, "mode", None) == "serve":
+        from localinfer.server import loadgen
+
+        return loadgen.main(args)
+    from localinfer.bench import orchestrate, report
+    from localinfer.bench.plan import BenchPlan
+    from localinfer.catalog import Catalog
+    from localinfer.gguf_file import open_gguf
+    from localinfer.model_config import ModelConfig
+
+    peer = args.peer == "llamacpp"
+    if peer and importlib.util.find_spec("llama_cpp") is None:
+        raise BackendUnavailableError(
+            "the llama.cpp peer needs llama-cpp-python (pip install 'localinfer[llamacpp]'); "
+            "or pass --peer none")
+    if args.threads is not None and args.threads < 1:
+        raise InvalidRequestError(f"invalid --threads: must be >= 1, got {args.threads}")
+    path = Catalog.load().resolve(args.model, progress=True)
+    with open_gguf(path) as g:
+        config = ModelConfig.from_gguf(g)
+    threads = args.threads or _physical_cores()
+    try:
+        plan = BenchPlan.make(str(Path(path).resolve()), threads, config.n_ctx_train, args.quick)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+    raw = orchestrate.run_all(plan, peer, args.peer_bench)
+    doc = report.build(plan, raw)
+    if args.json is not None:
+        report.write_json(args.json, doc)
+    lcp = doc["host"].get("llama_cpp_python")
+    print(f"localinfer bench: {Path(path).name}, {threads} threads"
+          + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else ""))
+    print(report.table(doc, plan))
+    return 0
+
+
+def _physical_cores() -> int:
+    from localinfer.backends.numba_cpu.runner import physical_cores
+
+    return physical_cores()

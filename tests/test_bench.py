@@ -1,0 +1,106 @@
+"""`localinfer bench`: it runs end to end on a tiny and on the real model, writes every metric
+for both sides, and prints the ratio column. No timing assertions: machines are noisy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gguf_factory import write_tiny_llama
+
+from localinfer.bench import llama_bench, report
+from localinfer.bench.plan import BenchPlan
+
+METRICS = [
+    "prefill_tps", "decode_tps", "decode_tps_pos1000",
+    "aggregate_tps_1", "aggregate_tps_4", "aggregate_tps_16", "aggregate_tps_64",
+    "ttft_s", "peak_rss_mb_single", "peak_rss_mb_batch", "start_cold_s", "start_warm_s",
+]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "localinfer", "bench", "--quick", "--threads", "1", *args],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+
+
+def check_run(model: Path, out: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    proc = bench("--model", str(model), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["threads"] == 1 and doc["quick"] is True
+    for key in METRICS:
+        m = doc["metrics"][key]
+        for side in ("localinfer", "llamacpp", "ratio"):
+            assert isinstance(m[side], float) and m[side] > 0, (key, side, m)
+        if key.startswith("aggregate"):
+            assert m["ratio_vs_llamacpp_single"] > 0
+    assert all(v > 0 for v in next(iter(doc["derived"].values())).values())
+    header = proc.stdout.splitlines()[1].split()
+    assert header == ["metric", "localinfer", "llama.cpp", "ratio"]
+    assert "pp512" in proc.stdout and "aggregate decode, 64 sequences" in proc.stdout
+    assert "[bench 1/6]" in proc.stderr  # the progress display
+    assert not list(out.parent.glob(f".{out.name}.*"))  # atomic write left no temp file
+
+
+def test_bench_tiny_model(tmp_path: Path) -> None:
+    model = write_tiny_llama(tmp_path / "tiny.gguf", n_ctx=2048)
+    check_run(model, tmp_path / "bench.json")
+
+
+@pytest.mark.slow
+def test_bench_real_model(smollm2_path: Path, tmp_path: Path) -> None:
+    check_run(smollm2_path, tmp_path / "bench.json")
+
+
+def test_plan_shrinks_for_short_context() -> None:
+    plan = BenchPlan.make("m.gguf", 2, n_ctx_train=256, quick=False)
+    assert plan.pp_tokens == 255 and plan.pos_prompt + plan.pos_tokens < 256
+    assert plan.tg_prompt + plan.tg_tokens < 256 and plan.single_ctx >= 256
+    with pytest.raises(ValueError):
+        BenchPlan.make("m.gguf", 2, n_ctx_train=16, quick=True)
+
+
+def test_table_without_peer() -> None:
+    plan = BenchPlan.make("m.gguf", 2, n_ctx_train=4096, quick=True)
+    value = {"median": 2.0, "samples": [2.0]}
+    single = {k: value for k in ("prefill_tps", "decode_tps", "decode_tps_pos", "ttft_s")}
+    batch = {f"aggregate_tps_{n}": value for n in plan.agg_counts}
+    start = {"start_cold_s": value, "start_warm_s": value}
+    raw = {"localinfer": {"single": {**single, "peak_rss_mb": 100.0},
+                          "batch": {**batch, "peak_rss_mb": 120.0}, "start": start},
+           "llamacpp": None}
+    doc = report.build(plan, raw)
+    assert doc["metrics"]["ttft_s"]["localinfer"] == 2.0 and doc["metrics"]["ttft_s"]["ratio"] is None
+    text = report.table(doc, plan)
+    assert text.splitlines()[0].split() == ["metric", "localinfer"]
+    assert "2000" in text  # TTFT shown in ms
+
+
+LLAMA_BENCH_JSON = """[
+  {"build_commit": "abc123", "n_threads": 2, "n_prompt": 512, "n_gen": 0,
+   "avg_ts": 470.5, "stddev_ts": 3.1, "cpu_info": "AMD"},
+  {"build_commit": "abc123", "n_threads": 2, "n_prompt": 0, "n_gen": 128,
+   "avg_ts": 170.25, "stddev_ts": 1.0, "cpu_info": "AMD"}
+]"""
+
+
+def test_llama_bench_output_is_parsed(tmp_path: Path) -> None:
+    fake = tmp_path / "llama-bench"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nprint('''{LLAMA_BENCH_JSON}''')\n"
+                    "sys.stderr.write(' '.join(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    plan = BenchPlan.make("m.gguf", 2, n_ctx_train=4096, quick=True)
+    out = llama_bench.run(str(fake), plan)
+    assert out["prefill_tps"]["median"] == 470.5 and out["decode_tps"]["median"] == 170.25
+    assert out["info"]["build_commit"] == "abc123"
+    assert llama_bench.command("lb", plan)[-2:] == ["-o", "json"]
+    with pytest.raises(Exception, match="llama-bench"):
+        llama_bench.parse("no json here")
