@@ -58,21 +58,26 @@ def views(app: ChatApp) -> list[tuple[str, str]]:
 
 
 def test_streamed_reply_and_prefix_cache_on_second_turn(session, tmp_path: Path) -> None:
-    app = make_app(session, tmp_path)
+    app = make_app(session, tmp_path, max_tokens=96)
 
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            seen: set[int] = set()
-            await pilot.press(*"Hello, who are you?", "enter")
-            await wait_for(pilot, lambda: app.chat.generating)
-            while app.chat.generating:  # the reply grows on screen while it is generated
-                view = app.chat.messages.last("assistant")
-                if view is not None:
-                    seen.add(len(view.content))
-                await pilot.pause(0.01)
+            seen: list[int] = []  # the reply's length after each streamed piece
+            original = MessageView.append
+
+            async def recording_append(view: MessageView, text: str) -> None:
+                await original(view, text)
+                seen.append(len(view.content))
+
+            MessageView.append = recording_append  # type: ignore[method-assign]
+            try:
+                await send(pilot, app, "Tell me a long story about a dragon and a knight.")
+            finally:
+                MessageView.append = original  # type: ignore[method-assign]
             reply = views(app)[-1]
             assert reply[0] == "assistant" and reply[1].strip()
-            assert len(seen - {0}) >= 2, f"reply did not stream: lengths seen {sorted(seen)}"
+            # the text arrived piece by piece, growing on screen, not in one final update
+            assert len(seen) >= 2 and seen == sorted(seen) and seen[0] < seen[-1], seen
             first = app.chat.status.render_text().plain
             assert "TTFT" in first and "tok/s" in first and "KV" in first
 
