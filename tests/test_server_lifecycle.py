@@ -55,14 +55,15 @@ def test_health_loading_then_ready_and_28_sigterm_drains(proc_server) -> None:
     assert statuses == {503, 200}, statuses  # the socket is up before the model is
     wait_healthy(url, proc=proc)
 
-    body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 48, "temperature": 0,
+    # long enough to still be running after SIGTERM (decode is ~300 tok/s here)
+    body = {"prompt": "Count: 1, 2, 3,", "max_tokens": 480, "temperature": 0,
             "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as stream:
         lines = stream.iter_lines()
         while not next(lines).startswith("data:"):
             pass  # generation is under way
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        time.sleep(0.2)
         late = httpx.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 2},
                           timeout=10)
         assert late.status_code == 503 and "retry-after" in late.headers
