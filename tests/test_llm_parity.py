@@ -158,12 +158,13 @@ def test_seeded_sampling_is_reproducible(llm: LLM) -> None:
 
 
 def test_stop_string_and_max_tokens(llm: LLM) -> None:
-    chat = [{"role": "user", "content": "Count from one to ten, separated by commas."}]
+    # llama.cpp's greedy answer starts "A computer is a device that processes information",
+    # each token with a clear lead, so the stop string's position does not hang on a near-tie
+    chat = [{"role": "user", "content": "Explain what a computer is in one sentence."}]
     full = llm.generate(chat, SamplingParams(max_tokens=40))[0].text
-    assert "three" in full.lower() or "3" in full
-    stop = "3" if "3" in full else "three"
-    cut = llm.generate(chat, SamplingParams(max_tokens=40, stop=[stop]))[0]
-    assert cut.finish_reason == "stop" and stop not in cut.text
-    assert full.startswith(cut.text)
+    assert "device" in full
+    cut = llm.generate(chat, SamplingParams(max_tokens=40, stop=["device"]))[0]
+    assert cut.finish_reason == "stop" and "device" not in cut.text
+    assert full.startswith(cut.text) and cut.text.strip()
     short = llm.generate(chat, SamplingParams(max_tokens=3))[0]
     assert short.finish_reason == "length" and len(short.token_ids) == 3
