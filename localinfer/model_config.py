@@ -12,7 +12,7 @@ from localinfer.gguf_checks import check_vocab
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +113,19 @@ class ModelConfig:
             tied_embeddings="output.weight" not in g.tensors,
         )
 
+    @property
+    def qkv_bias(self) -> bool:
+        """qwen2 adds a bias after each of the Q, K and V projections."""
+        return self.arch == "qwen2"
+
+    @property
+    def rope_neox(self) -> bool:
+        """qwen2 rotates pairs (i, i + rope_dim / 2) (ggml's NEOX rope); llama adjacent pairs."""
+        return self.arch == "qwen2"
+
     def expected_tensors(self) -> dict[str, tuple[int, ...]]:
-        """Every tensor the llama architecture needs, with its ggml-order shape."""
+        """Every tensor the architecture (llama, or qwen2 = llama + Q/K/V biases) needs, with
+        its ggml-order shape."""
         e, kv = self.n_embd, self.n_kv_heads * self.head_dim
         shapes: dict[str, tuple[int, ...]] = {
             "token_embd.weight": (e, self.n_vocab),
@@ -135,6 +146,9 @@ class ModelConfig:
                 p + "ffn_up.weight": (e, self.n_ff),
                 p + "ffn_down.weight": (self.n_ff, e),
             }
+            if self.qkv_bias:
+                shapes |= {p + "attn_q.bias": (self.n_heads * self.head_dim,),
+                           p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
         return shapes
 
     def check_tensors(self, g: GGUFFile) -> None:

@@ -173,14 +173,15 @@ def test_missing_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_other_architectures_run_where_numba_refuses() -> None:
-    path = Path("/work/models/qwen/qwen2.5-coder-0.5b-instruct.gguf")
-    if not path.exists():
-        pytest.skip("qwen2.5-coder-0.5b not pulled")
+    gemma = Path("/work/models/gemma/gemma-3-270m-q4_k_m.gguf")  # numba runs llama and qwen2
+    qwen = Path("/work/models/qwen/qwen2.5-coder-0.5b-instruct.gguf")
+    if not (gemma.exists() and qwen.exists()):
+        pytest.skip("gemma3-270m or qwen2.5-coder-0.5b not pulled")
     from localinfer.errors import UnsupportedModelError
 
     with pytest.raises(UnsupportedModelError):
-        LLM(str(path), backend="numba")
-    with LLM(str(path), backend="llamacpp", threads=2, max_model_len=512) as qwen:
-        res = qwen.generate(["The capital of France is"],
-                            SamplingParams(max_tokens=4, temperature=0.0))[0]
+        LLM(str(gemma), backend="numba")
+    with LLM(str(qwen), backend="llamacpp", threads=2, max_model_len=512) as model:
+        res = model.generate(["The capital of France is"],
+                             SamplingParams(max_tokens=4, temperature=0.0))[0]
         assert "Paris" in res.text

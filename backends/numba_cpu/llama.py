@@ -1,7 +1,8 @@
-"""The llama architecture: one jitted step that wires the shared kernels over all layers.
+"""The llama architecture (and qwen2 = llama + Q/K/V biases + NEOX rope): one jitted step that
+wires the shared kernels over all layers.
 
     x = embed(tokens)                                   # (n_tokens, n_embd)
-    per layer:  x += Wo · attention(rope(Wqkv · rmsnorm(x)))
+    per layer:  x += Wo · attention(rope(Wqkv · rmsnorm(x) + bqkv))
                 x += Wdown · swiglu(Wgu · rmsnorm(x))
     logits = Whead · rmsnorm(x[logits_rows])            # (n_logits, n_vocab)
 
@@ -15,7 +16,14 @@ import numpy as np
 from numba import njit
 
 from .dispatch import attend, embed, project, silu_mul
-from .kernels.elementwise import add_inplace, rmsnorm, rope_inplace, rope_tables
+from .kernels.elementwise import (
+    add_bias,
+    add_inplace,
+    rmsnorm,
+    rope_inplace,
+    rope_neox,
+    rope_tables,
+)
 
 
 def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head_dim: int,
@@ -49,13 +57,14 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
 @njit(cache=True, nogil=True)
 def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, logits_rows,
                dims, rms_eps, rope_base, attn_scale,
-               embd, head, out_norm, attn_norm, ffn_norm, wqkv, wo, wgu, wdown,
+               embd, head, out_norm, attn_norm, ffn_norm, bqkv, wqkv, wo, wgu, wdown,
                k_pool, v_pool, bufs, logits):
     """One forward step.  tokens, positions, token_seq (sequence index), slot_mapping:
     (n_tokens,); block_tables (n_seqs, max_blocks); logits_rows (n_logits,) -> logits
     (n_logits, n_vocab).  k_pool, v_pool: (n_layers, ...) f16 bits in the isa's attention
-    layout (kernels/attention.py, kernels/attention_avx512.py)."""
-    n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size = dims
+    layout (kernels/attention.py, kernels/attention_avx512.py).  bqkv (n_layers, qkv cols):
+    biases added after the QKV projection (zeros for llama); dims[-1] = 1 for NEOX rope."""
+    n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size, neox = dims
     n = tokens.shape[0]
     x_b, xn_b, qkv_b, att_b, gu_b, h_b, cos_b, sin_b, att_scratch, qbuf = bufs
     x = x_b[:n]
@@ -73,8 +82,13 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
     for layer in range(n_layers):
         rmsnorm(x, attn_norm[layer], rms_eps, xn)
         project(isa, wqkv, layer, xn, qbuf, qkv)  # (n, (n_heads + 2 n_kv) head_dim)
-        rope_inplace(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
-        rope_inplace(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
+        add_bias(qkv, bqkv[layer])
+        if neox:
+            rope_neox(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
+            rope_neox(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
+        else:
+            rope_inplace(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
+            rope_inplace(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
         attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                block_size, slot_mapping, k_pool[layer], v_pool[layer], attn_scale, att_scratch,
                att)

@@ -42,7 +42,7 @@ class NumbaModelRunner(ModelRunner):
                  max_num_batched_tokens: int = 512, isa: str | None = None) -> None:
         super().__init__(gguf, config, num_blocks=num_blocks, block_size=block_size,
                          threads=threads, progress=progress)
-        if config.arch != "llama":
+        if config.arch not in ("llama", "qwen2"):
             raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
         import numba
 
@@ -71,7 +71,7 @@ class NumbaModelRunner(ModelRunner):
         self.k_pool = np.zeros(k_shape, np.uint16)
         self.v_pool = np.zeros(v_shape, np.uint16)
         self._dims = (c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
-                      c.rope_dim, block_size)
+                      c.rope_dim, block_size, int(c.rope_neox))
         self._step = llama_step
         self._make_buffers = make_buffers
         self._capacity = 0
@@ -113,7 +113,7 @@ class NumbaModelRunner(ModelRunner):
         self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
                    np.float32(c.rms_eps), float(c.rope_base),
                    np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
-                   w.attn_norm, w.ffn_norm, w.wqkv, w.wo, w.wgu, w.wdown, self.k_pool,
+                   w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, self.k_pool,
                    self.v_pool, self._bufs, logits)
         return logits
 

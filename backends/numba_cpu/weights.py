@@ -110,6 +110,7 @@ class LlamaWeights:
     wo: WeightStack  # (n_layers, n_embd, n_heads head_dim)
     wgu: WeightStack  # (n_layers, 2 n_ff, n_embd): gate rows then up rows
     wdown: WeightStack  # (n_layers, n_embd, n_ff)
+    bqkv: np.ndarray  # (n_layers, (n_heads + 2 n_kv_heads) head_dim) f32; zeros without biases
 
     @classmethod
     def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
@@ -127,6 +128,12 @@ class LlamaWeights:
         blk = "blk.{}.{}.weight".format
         embd = stack_role([load_packed(g, "token_embd.weight")])
         head = embd if config.tied_embeddings else stack_role([load_packed(g, "output.weight")])
+        qkv_cols = (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
+        bqkv = np.zeros((config.n_layers, qkv_cols), np.float32)
+        if config.qkv_bias:
+            for i in layers:
+                bqkv[i] = np.concatenate([norm(f"blk.{i}.{t}.bias")
+                                          for t in ("attn_q", "attn_k", "attn_v")])
         return cls(
             embd=embd,
             head=head,
@@ -139,10 +146,11 @@ class LlamaWeights:
             wgu=stack_role([concat_rows([load_packed(g, blk(i, t)) for t in ("ffn_gate", "ffn_up")])
                        for i in layers]),
             wdown=stack_role([load_packed(g, blk(i, "ffn_down")) for i in layers]),
+            bqkv=bqkv,
         )
 
     def nbytes(self) -> int:
-        arrays = [self.out_norm, self.attn_norm, self.ffn_norm]
+        arrays = [self.out_norm, self.attn_norm, self.ffn_norm, self.bqkv]
         stacks = [self.embd, self.wqkv, self.wo, self.wgu, self.wdown]
         if self.head is not self.embd:
             stacks.append(self.head)

@@ -60,6 +60,31 @@ def rope_inplace(x, col0, n_heads, head_dim, rope_dim, cos_t, sin_t):
 
 
 @njit(cache=True, nogil=True)
+def rope_neox(x, col0, n_heads, head_dim, rope_dim, cos_t, sin_t):
+    """As rope_inplace, but pairs (x[k], x[k + rope_dim / 2]) rotate by angle k (ggml's
+    GGML_ROPE_TYPE_NEOX, used by qwen2, whose Q/K rows the converter leaves unpermuted)."""
+    half = rope_dim // 2
+    for i in range(x.shape[0]):
+        for h in range(n_heads):
+            c = col0 + h * head_dim
+            for k in range(half):
+                x0 = x[i, c + k]
+                x1 = x[i, c + k + half]
+                cs = cos_t[i, k]
+                sn = sin_t[i, k]
+                x[i, c + k] = x0 * cs - x1 * sn
+                x[i, c + k + half] = x0 * sn + x1 * cs
+
+
+@njit(cache=True, nogil=True)
+def add_bias(x, b):
+    """x (n_tokens, dim) += b (dim,) on every row."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[i, j] += b[j]
+
+
+@njit(cache=True, nogil=True)
 def swiglu(gate_up, n_ff, out):
     """gate_up (n_tokens, 2 * n_ff) = [gate | up] -> out (n_tokens, n_ff) = silu(gate) * up."""
     for i in range(gate_up.shape[0]):

@@ -17,6 +17,7 @@ from .floats import unpack_f16, unpack_f32
 from .packed import KIND_F32, KIND_Q4, KIND_Q8, QBLOCK, Packed, concat_rows
 from .q4 import unpack_q4_0, unpack_q4_1
 from .q8 import unpack_q8_0
+from .requant import unpack_q4_k, unpack_q5_0, unpack_q6_k
 
 __all__ = ["FORMATS", "KIND_F32", "KIND_Q4", "KIND_Q8", "QBLOCK", "Packed", "concat_rows",
            "format_for", "unpack_tensor"]
@@ -36,7 +37,10 @@ FORMATS: dict[int, WeightFormat] = {
     1: WeightFormat("F16", 1, 2, unpack_f16),
     2: WeightFormat("Q4_0", 32, 18, unpack_q4_0),
     3: WeightFormat("Q4_1", 32, 20, unpack_q4_1),
+    6: WeightFormat("Q5_0", 32, 22, unpack_q5_0),  # requantized to 8 bits (requant.py)
     8: WeightFormat("Q8_0", 32, 34, unpack_q8_0),
+    12: WeightFormat("Q4_K", 256, 144, unpack_q4_k),
+    14: WeightFormat("Q6_K", 256, 210, unpack_q6_k),
 }
 
 

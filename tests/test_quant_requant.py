@@ -1,0 +1,36 @@
+"""Q5_0 / Q4_K / Q6_K -> 8-bit requantization (numba backend quants/requant.py): within half a
+step of gguf's own dequantization, and the f16-exact scales the avx512 tiles store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf_quants = pytest.importorskip("gguf.quants")
+
+from localinfer.backends.numba_cpu.quants import FORMATS, KIND_Q8  # noqa: E402
+
+# ggml type -> (block elements, bytes per block, byte offsets of its f16 scale fields)
+CASES = {6: (32, 22, (0,)), 12: (256, 144, (0, 2)), 14: (256, 210, (208,))}
+
+
+@pytest.mark.parametrize("ggml_type", sorted(CASES))
+def test_requantized_weights_match_gguf_dequantize(ggml_type: int) -> None:
+    from gguf import GGMLQuantizationType
+
+    block, size, scale_at = CASES[ggml_type]
+    rows, cols = 8, 512
+    rng = np.random.default_rng(ggml_type)
+    raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+    for off in scale_at:  # finite, modest f16 scales
+        scales = rng.uniform(0.001, 0.05, (rows, cols // block)).astype(np.float16)
+        raw[:, :, off : off + 2] = scales.view(np.uint8).reshape(rows, cols // block, 2)
+    raw = raw.reshape(rows, -1)
+    ref = gguf_quants.dequantize(raw, GGMLQuantizationType(ggml_type)).reshape(rows, cols)
+    p = FORMATS[ggml_type].unpack(raw.reshape(-1), rows, cols)
+    assert p.kind == KIND_Q8
+    np.testing.assert_array_equal(p.d, p.d.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(p.m, p.m.astype(np.float16).astype(np.float32))
+    step = np.repeat(p.d, 32, axis=1)
+    err = np.abs(p.dequantize() - ref)
+    assert np.all(err <= 0.5 * step * (1 + 1e-3) + 1e-6)
