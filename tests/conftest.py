@@ -10,12 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
-    env = os.environ.get("LOCALINFER_TEST_MODEL")
-    if env:
-        return Path(env)
-    from localinfer.catalog import Catalog
-
-    return Catalog.load().ensure("smollm2-135m", progress=False)
+    return _catalog_model("LOCALINFER_TEST_MODEL", "smollm2-135m")
 
 
 @pytest.fixture(scope="session")

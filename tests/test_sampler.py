@@ -111,3 +111,13 @@ def test_token_logprob_matches_log_softmax():
     assert [i for i, _ in lp.top] == list(np.argsort(-ref)[:5])
     assert np.allclose([v for _, v in lp.top], np.sort(ref)[::-1][:5])
     assert token_logprob(row, 7, 0).top == []
+
+
+def test_any_integer_seed_is_accepted_and_reproducible():
+    from localinfer.engine.sampler import make_generator
+    from localinfer.sampling_params import SamplingParams
+
+    for seed in (-1, -(2**63), 2**64 + 5):
+        a = make_generator(SamplingParams(seed=seed)).random(4)
+        b = make_generator(SamplingParams(seed=seed)).random(4)
+        assert (a == b).all()

@@ -153,7 +153,7 @@ class Job:
 def _params_for(fields: GenerationFields, j: int) -> Any:
     params = fields.params
     if fields.n > 1 and params.seed is not None:
-        return dataclasses.replace(params, seed=(params.seed + j) % 2**64)
+        return dataclasses.replace(params, seed=params.seed + j)  # any int: the sampler folds it
     return dataclasses.replace(params)
 
 

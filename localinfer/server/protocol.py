@@ -170,7 +170,7 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
         repetition_penalty=get_float(body, "repetition_penalty", 1e-3, 10.0, 1.0),
         presence_penalty=get_float(body, "presence_penalty", -2.0, 2.0, 0.0),
         frequency_penalty=get_float(body, "frequency_penalty", -2.0, 2.0, 0.0),
-        seed=None if seed is None else seed % 2**64,
+        seed=seed,  # the sampler maps any integer onto numpy's seed range
         stop=get_stop(body),
         ignore_eos=get_bool(body, "ignore_eos"),
         logprobs=logprobs,
