@@ -67,6 +67,7 @@ class Catalog:
 
     @classmethod
     def load(cls, catalog_file: Path | None = None, models_dir: Path | None = None) -> Catalog:
+        with_user = catalog_file is None  # the default catalog includes user-registered models
         catalog_file = catalog_file or CATALOG_FILE
         try:
             data = tomllib.loads(catalog_file.read_text(encoding="utf-8"))
@@ -76,6 +77,11 @@ class Catalog:
             name: CatalogEntry.from_toml(name, spec)
             for name, spec in data.get("models", {}).items()
         }
+        if with_user:  # localinfer quantize --register (user_catalog.py); never shadows ours
+            from localinfer.user_catalog import user_entries
+
+            for name, spec in user_entries().items():
+                entries.setdefault(name, CatalogEntry.from_toml(name, spec))
         default = data.get("default", next(iter(entries), ""))
         return cls(entries, default, models_dir or paths.models_dir())
 

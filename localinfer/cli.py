@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "serve an OpenAI-compatible HTTP API (chat, completions, metrics)"),
     "bench": ("bench", "benchmark localinfer against llama.cpp on the same model and threads"),
     "quantize": ("quantize", "quantize a GGUF model (byte-identical to llama.cpp's quantizer)"),
+    "eval": ("eval", "compare two models on a text: perplexity, KL divergence, top-1 agreement"),
+    "imatrix": ("imatrix", "compute an importance matrix for quantization (llama.cpp's format)"),
 }
 
 

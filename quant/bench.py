@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args(argv)
 
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `localinfer quantize` does
     import llama_cpp
     import numba
 

@@ -1,5 +1,5 @@
 """Which ggml type each tensor gets: llama.cpp's llama-quant.cpp rules for the file types we
-support (no imatrix, no overrides): the 1-D/norm tensors that stay as they are, the output /
+support (no overrides): the 1-D/norm tensors that stay as they are, the output /
 tied-embedding bump to Q6_K, the K-quant mixes (_S/_M/_L), and the fallback type for rows that
 are not a multiple of the block size (SmolLM2's 576-wide rows).
 """
@@ -89,6 +89,7 @@ class MixState:
     n_attention_wv: int = 0
     counters: dict[str, int] = field(default_factory=lambda: {"attn_v": 0, "ffn_down": 0})
     n_fallback: int = 0
+    has_imatrix: bool = False
 
 
 def _mix_rule(st: MixState, new: T, name: str, shape: tuple[int, ...], cat: str) -> T:
@@ -132,6 +133,8 @@ def _mix_rule(st: MixState, new: T, name: str, shape: tuple[int, ...], cat: str)
             new = T.Q6_K
         elif f == "Q4_K_S" and i < n // 8:
             new = T.Q5_K
+        elif f in ("Q4_0", "Q5_0") and st.has_imatrix and i < n // 8:
+            new = T.Q4_1 if f == "Q4_0" else T.Q5_1  # llama.cpp's guard for early ffn_down
         st.counters["ffn_down"] += 1
     elif cat == "attn_output":
         new = {"Q2_K": T.Q3_K, "Q3_K_M": T.Q4_K, "Q3_K_L": T.Q5_K}.get(f, new)

@@ -18,7 +18,8 @@ from localinfer.errors import GGUFError, InvalidRequestError, UnsupportedModelEr
 from localinfer.gguf_file import GGUFFile, TensorInfo, open_gguf
 from localinfer.progress import ProgressBar
 
-from .formats import format_for
+from .formats import QuantFormat, format_for
+from .formats.weighted import IGNORES_IMATRIX, WEIGHTED
 from .gguf_writer import KV, GGUFStreamWriter, TensorSpec
 from .mixes import ALIASES, FTYPES, NEEDS_IMATRIX, MixState, llama_order, plan_types
 
@@ -37,6 +38,7 @@ class QuantizeReport:
     # (name, source type, target type, source bytes, target bytes)
     requantized: int = 0
     fallbacks: int = 0
+    imatrix_used: int = 0  # tensors quantized with importance weights
     seconds: float = 0.0
 
     @property
@@ -118,9 +120,10 @@ def _validator(specs: list[TensorSpec], n_kv: int) -> Callable[[Path], None]:
 
 
 def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: bool = False,
-                  progress: bool | None = None,
+                  imatrix: str | Path | None = None, progress: bool | None = None,
                   warn: Callable[[str], None] | None = None) -> QuantizeReport:
     ftype = resolve_ftype(type_name)
+    qweights = _load_imatrix(imatrix) if imatrix is not None else None
     src, dst = Path(src), Path(dst)
     warn = warn or (lambda msg: print(f"localinfer: warning: {msg}", file=sys.stderr))
     if dst.exists() and dst.resolve() == src.resolve():
@@ -128,11 +131,14 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: boo
     t0 = time.monotonic()
     with open_gguf(src) as g:
         st = _mix_state(g, ftype)
+        st.has_imatrix = qweights is not None
         for info in g.tensors.values():
             format_for(info.ggml_type)  # refuses types we cannot read
         targets = plan_types(st, {n: (t.shape, t.ggml_type) for n, t in g.tensors.items()}, pure)
         names = llama_order(list(g.tensors))
         specs = [TensorSpec(n, g.tensors[n].shape, targets[n]) for n in names]
+        if qweights is not None:
+            _check_imatrix(g, specs, qweights)
         report = QuantizeReport(ftype, fallbacks=st.n_fallback)
         quantized_in = [n for n in names if g.tensors[n].ggml_type not in (T.F32, T.F16, T.BF16)
                         and targets[n] != g.tensors[n].ggml_type]
@@ -148,7 +154,8 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: boo
             done = 0
             for i, spec in enumerate(specs):  # label: tensor i/n, overall % done before it
                 step = f"[{i + 1:>4}/{len(specs)} {100 * done / total:3.0f}%]"
-                _write_tensor(g, g.tensors[spec.name], spec, writer, report, step, progress)
+                qw = _tensor_weights(qweights, g.tensors[spec.name], spec.ggml_type)
+                _write_tensor(g, g.tensors[spec.name], spec, writer, report, step, progress, qw)
                 done += g.tensors[spec.name].nbytes
             writer.finish()
         report.requantized = len(quantized_in)
@@ -156,8 +163,41 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: boo
     return report
 
 
+def _load_imatrix(path: str | Path) -> dict[str, np.ndarray]:
+    from .imatrix import load
+
+    return load(path).weights()
+
+
+def _tensor_weights(qweights: dict[str, np.ndarray] | None, info: TensorInfo,
+                    target: int) -> np.ndarray | None:
+    """The importance weights llama.cpp would pass for this tensor (None: plain search)."""
+    if qweights is None or target in IGNORES_IMATRIX or target == info.ggml_type:
+        return None
+    qw = qweights.get(info.name)
+    if qw is None or qw.size != info.shape[0]:  # (token_embd: never in an imatrix)
+        return None
+    return np.ascontiguousarray(qw, dtype=np.float32)
+
+
+def _check_imatrix(g: GGUFFile, specs: list[TensorSpec], qweights: dict[str, np.ndarray]) -> None:
+    for spec in specs:
+        qw = qweights.get(spec.name)
+        if qw is not None and qw.size != g.tensors[spec.name].shape[0] \
+                and spec.name != "token_embd.weight":
+            raise InvalidRequestError(
+                f"imatrix size {qw.size} is different from tensor size "
+                f"{g.tensors[spec.name].shape[0]} for {spec.name} (an imatrix of another model?)")
+        if qw is not None and spec.ggml_type in (T.Q2_K, T.Q3_K) \
+                and spec.ggml_type != g.tensors[spec.name].ggml_type:
+            raise InvalidRequestError(
+                f"{spec.name} would be {T(spec.ggml_type).name}: importance-weighted "
+                "Q2_K/Q3_K are not implemented yet (use Q4_K_M or higher with --imatrix)")
+
+
 def _write_tensor(g: GGUFFile, info: TensorInfo, spec: TensorSpec, writer: GGUFStreamWriter,
-                  report: QuantizeReport, step: str, progress: bool | None) -> None:
+                  report: QuantizeReport, step: str, progress: bool | None,
+                  qw: np.ndarray | None = None) -> None:
     src_t, dst_t = T(info.ggml_type).name, T(spec.ggml_type).name
     label = f"{step} {info.name:<32} {src_t:>5} → {dst_t:<5}"
     if info.ggml_type == spec.ggml_type:
@@ -169,7 +209,18 @@ def _write_tensor(g: GGUFFile, info: TensorInfo, spec: TensorSpec, writer: GGUFS
         with ProgressBar(info.nbytes, label, enabled=progress) as bar:
             for r0 in range(0, n_rows, step_rows):
                 rows = slice(r0, min(n_rows, r0 + step_rows))
-                q = fmt.quantize(_to_f32(g, info, rows))
+                q = _quantize(fmt, _to_f32(g, info, rows), qw)
                 writer.write_tensor(info.name, q, last_chunk=rows.stop == n_rows)
                 bar.update((rows.stop - r0) * info.row_bytes)
     report.tensors.append((info.name, src_t, dst_t, info.nbytes, spec.nbytes))
+    report.imatrix_used += qw is not None
+
+
+def _quantize(fmt: type[QuantFormat], x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    if qw is None:
+        return fmt.quantize(x)
+    rows = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((rows.shape[0], fmt.row_bytes(rows.shape[1])), np.uint8)
+    if rows.size:
+        WEIGHTED[fmt.ggml_type](rows, out, qw)
+    return out

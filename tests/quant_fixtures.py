@@ -37,7 +37,12 @@ def write_f16_gguf(src: Path, dst: Path) -> None:
 
 
 def llama_quantize(src: Path, dst: Path, ftype: int, nthread: int = 2, pure: bool = False,
-                   allow_requantize: bool = False) -> None:
+                   allow_requantize: bool = False,
+                   imatrix: dict[str, np.ndarray] | None = None) -> None:
+    """llama_model_quantize; imatrix: name -> per-column weights (in_sum2 / counts), handed
+    over as the C array of llama_model_imatrix_data that llama-quantize builds."""
+    import ctypes
+
     import llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
@@ -45,6 +50,28 @@ def llama_quantize(src: Path, dst: Path, ftype: int, nthread: int = 2, pure: boo
     params.nthread = nthread
     params.pure = pure
     params.allow_requantize = allow_requantize
+    keep = []  # the arrays must outlive the call
+    if imatrix is not None:
+        entries = (llama_cpp.llama_model_imatrix_data * (len(imatrix) + 1))()
+        for e, (name, w) in zip(entries, imatrix.items(), strict=False):  # + terminator
+            arr = np.ascontiguousarray(w, dtype=np.float32)
+            keep.append(arr)
+            e.name = name.encode()
+            e.data = arr.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            e.size = arr.size
+        entries[len(imatrix)].name = None  # terminator
+        keep.append(entries)
+        params.imatrix = ctypes.cast(entries, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), params)
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize failed ({rc})")
+
+
+def shared_f16(smollm2: Path, base: Path) -> Path:
+    """The F16 SmolLM2 under pytest's session temp dir, written once for all test modules."""
+    path = base / "shared-smollm2-f16.gguf"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        write_f16_gguf(smollm2, tmp)
+        tmp.rename(path)
+    return path

@@ -13,6 +13,7 @@ from numba import njit, prange
 from .base import QuantFormat
 from .kquant_search import make_q3_quants, make_qkx2_quants
 from .numerics import ZERO, f32, get_f16, nearest_int, put_f16
+from .rows import WORKERS, claim
 
 
 @njit(cache=True, inline="always")
@@ -112,24 +113,32 @@ def _q3_k_block(x: np.ndarray, o: np.ndarray, L: np.ndarray, scales: np.ndarray)
 
 @njit(cache=True, parallel=True)
 def quantize_q2_k(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
         L = np.zeros(256, np.int32)
         Laux = np.zeros(16, np.int32)
         w = np.zeros(16, np.float32)
         scales = np.zeros(16, np.float32)
         mins = np.zeros(16, np.float32)
-        for b in range(x.shape[1] // 256):
-            _q2_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 84:b * 84 + 84], L, Laux, w,
-                        scales, mins)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                _q2_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 84:b * 84 + 84], L, Laux, w,
+                            scales, mins)
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)
 def quantize_q3_k(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
         L = np.zeros(256, np.int32)
         scales = np.zeros(16, np.float32)
-        for b in range(x.shape[1] // 256):
-            _q3_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 110:b * 110 + 110], L, scales)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                _q3_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 110:b * 110 + 110], L, scales)
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)

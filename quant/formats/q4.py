@@ -11,6 +11,7 @@ from numba import njit, prange
 
 from .base import QuantFormat
 from .numerics import ONE, ZERO, f32, get_f16, put_f16
+from .rows import WORKERS, claim
 
 _FLT_MAX = np.float32(3.4028234663852886e38)
 
@@ -51,16 +52,24 @@ def _q4_1_block(x: np.ndarray, o: np.ndarray) -> None:
 
 @njit(cache=True, parallel=True)
 def quantize_q4_0(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            _q4_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 18:b * 18 + 18])
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 32):
+                _q4_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 18:b * 18 + 18])
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)
 def quantize_q4_1(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            _q4_1_block(x[r, b * 32:b * 32 + 32], out[r, b * 20:b * 20 + 20])
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 32):
+                _q4_1_block(x[r, b * 32:b * 32 + 32], out[r, b * 20:b * 20 + 20])
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)

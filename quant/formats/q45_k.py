@@ -14,6 +14,7 @@ from numba import njit, prange
 from .base import QuantFormat
 from .kquant_search import make_qkx2_quants
 from .numerics import ZERO, f32, get_f16, nearest_int, put_f16
+from .rows import WORKERS, claim
 
 
 @njit(cache=True, inline="always")
@@ -75,43 +76,53 @@ def _qk_block(x: np.ndarray, o: np.ndarray, nmax: int, rmin: np.float32, nstep: 
 
 @njit(cache=True, parallel=True)
 def quantize_q4_k(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
         L = np.zeros(256, np.int32)
         Laux = np.zeros(32, np.int32)
         w = np.zeros(32, np.float32)
         scales = np.zeros(8, np.float32)
         mins = np.zeros(8, np.float32)
-        for b in range(x.shape[1] // 256):
-            o = out[r, b * 144:b * 144 + 144]
-            _qk_block(x[r, b * 256:b * 256 + 256], o, 15, f32(-1.0), 20, L, Laux, w, scales, mins)
-            for c in range(4):
-                for l in range(32):
-                    o[16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                o = out[r, b * 144:b * 144 + 144]
+                _qk_block(x[r, b * 256:b * 256 + 256], o, 15, f32(-1.0), 20, L, Laux, w, scales,
+                          mins)
+                for c in range(4):
+                    for l in range(32):
+                        o[16 + 32 * c + l] = L[64 * c + l] | (L[64 * c + 32 + l] << 4)
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)
 def quantize_q5_k(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
         L = np.zeros(256, np.int32)
         Laux = np.zeros(32, np.int32)
         w = np.zeros(32, np.float32)
         scales = np.zeros(8, np.float32)
         mins = np.zeros(8, np.float32)
-        for b in range(x.shape[1] // 256):
-            o = out[r, b * 176:b * 176 + 176]
-            _qk_block(x[r, b * 256:b * 256 + 256], o, 31, f32(-0.5), 15, L, Laux, w, scales, mins)
-            o[16:48] = 0
-            for c in range(4):
-                for l in range(32):
-                    l1 = L[64 * c + l]
-                    l2 = L[64 * c + 32 + l]
-                    if l1 > 15:
-                        l1 -= 16
-                        o[16 + l] |= 1 << (2 * c)
-                    if l2 > 15:
-                        l2 -= 16
-                        o[16 + l] |= 2 << (2 * c)
-                    o[48 + 32 * c + l] = l1 | (l2 << 4)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                o = out[r, b * 176:b * 176 + 176]
+                _qk_block(x[r, b * 256:b * 256 + 256], o, 31, f32(-0.5), 15, L, Laux, w, scales,
+                          mins)
+                o[16:48] = 0
+                for c in range(4):
+                    for l in range(32):
+                        l1 = L[64 * c + l]
+                        l2 = L[64 * c + 32 + l]
+                        if l1 > 15:
+                            l1 -= 16
+                            o[16 + l] |= 1 << (2 * c)
+                        if l2 > 15:
+                            l2 -= 16
+                            o[16 + l] |= 2 << (2 * c)
+                        o[48 + 32 * c + l] = l1 | (l2 << 4)
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)

@@ -11,6 +11,7 @@ from numba import njit, prange
 
 from .base import QuantFormat
 from .numerics import ONE, ZERO, f32, get_f16, put_f16
+from .rows import WORKERS, claim
 
 _FLT_MAX = np.float32(3.4028234663852886e38)
 
@@ -84,16 +85,24 @@ def _codes(q: np.ndarray, at: int, y: np.ndarray, d: np.float32, m: np.float32, 
 
 @njit(cache=True, parallel=True)
 def quantize_q5_0(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            _q5_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 22:b * 22 + 22])
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 32):
+                _q5_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 22:b * 22 + 22])
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)
 def quantize_q5_1(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            _q5_1_block(x[r, b * 32:b * 32 + 32], out[r, b * 24:b * 24 + 24])
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 32):
+                _q5_1_block(x[r, b * 32:b * 32 + 32], out[r, b * 24:b * 24 + 24])
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)

@@ -13,6 +13,7 @@ from numba import njit, prange
 from .base import QuantFormat
 from .kquant_search import make_qx_quants
 from .numerics import GROUP_MAX_EPS, ZERO, f32, get_f16, nearest_int, put_f16
+from .rows import WORKERS, claim
 
 
 @njit(cache=True)
@@ -49,11 +50,15 @@ def _q6_k_block(x: np.ndarray, o: np.ndarray, L: np.ndarray, scales: np.ndarray)
 
 @njit(cache=True, parallel=True)
 def quantize_q6_k(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
         L = np.zeros(256, dtype=np.int32)
         scales = np.zeros(16, dtype=np.float32)
-        for b in range(x.shape[1] // 256):
-            _q6_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 210:b * 210 + 210], L, scales)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                _q6_k_block(x[r, b * 256:b * 256 + 256], out[r, b * 210:b * 210 + 210], L, scales)
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)

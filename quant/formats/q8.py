@@ -7,6 +7,7 @@ from numba import njit, prange
 
 from .base import QuantFormat
 from .numerics import ONE, ZERO, f32, get_f16, put_f16, roundf
+from .rows import WORKERS, claim
 
 
 @njit(cache=True, inline="always")
@@ -23,9 +24,13 @@ def _q8_0_block(x: np.ndarray, o: np.ndarray) -> None:
 
 @njit(cache=True, parallel=True)
 def quantize_q8_0(x: np.ndarray, out: np.ndarray) -> None:
-    for r in prange(x.shape[0]):
-        for b in range(x.shape[1] // 32):
-            _q8_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 34:b * 34 + 34])
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 32):
+                _q8_0_block(x[r, b * 32:b * 32 + 32], out[r, b * 34:b * 34 + 34])
+            r = claim(nxt)
 
 
 @njit(cache=True, parallel=True)
