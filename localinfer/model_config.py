@@ -12,7 +12,7 @@ from localinfer.gguf_checks import check_vocab
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "gemma3")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,13 @@ class ModelConfig:
     rope_dim: int
     rms_eps: float
     tied_embeddings: bool  # no output.weight: the token embedding doubles as the output head
+    # --- gemma3 (defaults leave llama / qwen2 unchanged) ---
+    sliding_window: int = 0  # keys a sliding-window layer sees, the query's own included
+    swa_layers: tuple[bool, ...] = ()  # per layer: True = sliding-window (local) attention
+    rope_base_swa: float = 10000.0  # rope base of the sliding-window layers
+    rope_freq_scale: float = 1.0  # linear rope scaling of the global layers (1 / factor)
+    attn_scale: float = 0.0  # Q scale before attention; 0 = 1 / sqrt(head_dim)
+    final_logit_softcap: float = 0.0  # logits = c * tanh(logits / c) when > 0
 
     @classmethod
     def from_gguf(cls, g: GGUFFile, strict_arch: bool = True) -> ModelConfig:
@@ -74,12 +81,15 @@ class ModelConfig:
         ):
             if not 0 < value <= hi:
                 raise GGUFError(f"{g.path}: {arch}.{name} = {value} is out of range")
-        if n_embd % n_heads or n_heads % n_kv_heads:
+        key_length = meta.get(f"{arch}.attention.key_length")
+        if (key_length is None and n_embd % n_heads) or n_heads % n_kv_heads:
             raise GGUFError(
                 f"{g.path}: inconsistent heads: embedding {n_embd}, heads {n_heads}, "
                 f"kv heads {n_kv_heads}"
             )
-        head_dim = n_embd // n_heads
+        head_dim = n_embd // n_heads if key_length is None else num("attention.key_length")
+        if num("attention.value_length", head_dim) != head_dim or not 0 < head_dim <= 1 << 12:
+            raise UnsupportedModelError(f"{arch}: key/value head sizes differ or are out of range")
         rope_dim = num("rope.dimension_count", head_dim)
         if not 0 < rope_dim <= head_dim or rope_dim % 2:
             raise GGUFError(f"{g.path}: rope dimension {rope_dim} invalid for head_dim {head_dim}")
@@ -111,6 +121,8 @@ class ModelConfig:
             rope_dim=rope_dim,
             rms_eps=rms_eps,
             tied_embeddings="output.weight" not in g.tensors,
+            **(_gemma3_fields(meta, num, n_layers, n_embd, n_heads, head_dim, g.path)
+               if arch == "gemma3" else {}),
         )
 
     @property
@@ -149,6 +161,11 @@ class ModelConfig:
             if self.qkv_bias:
                 shapes |= {p + "attn_q.bias": (self.n_heads * self.head_dim,),
                            p + "attn_k.bias": (kv,), p + "attn_v.bias": (kv,)}
+            if self.arch == "gemma3":  # per-head Q/K norms, norms after attention and FFN
+                shapes |= {p + "attn_q_norm.weight": (self.head_dim,),
+                           p + "attn_k_norm.weight": (self.head_dim,),
+                           p + "post_attention_norm.weight": (e,),
+                           p + "post_ffw_norm.weight": (e,)}
         return shapes
 
     def check_tensors(self, g: GGUFFile) -> None:
@@ -160,3 +177,36 @@ class ModelConfig:
                 raise GGUFError(
                     f"{g.path}: tensor {name} has shape {tuple(info.shape)}, expected {shape}"
                 )
+
+
+# --- gemma3 -------------------------------------------------------------------------------------
+def _gemma3_fields(meta: dict[str, Any], num: Any, n_layers: int, n_embd: int, n_heads: int,
+                   head_dim: int, path: Any) -> dict[str, Any]:
+    """Sliding-window layout, rope bases and scales as llama.cpp reads them for gemma3."""
+    window = num("attention.sliding_window", 0)
+    pattern = meta.get("gemma3.attention.sliding_window_pattern", 6)
+    if window <= 0:
+        swa = (False,) * n_layers
+    elif isinstance(pattern, list):  # an explicit per-layer flag list
+        if len(pattern) != n_layers:
+            raise GGUFError(f"{path}: sliding_window_pattern has {len(pattern)} entries, "
+                            f"expected {n_layers}")
+        swa = tuple(bool(v) for v in pattern)
+    else:  # every pattern-th layer (the last of each group) is global; 0 = all local
+        n = num("attention.sliding_window_pattern", 6)
+        swa = tuple(n == 0 or i % n < n - 1 for i in range(n_layers))
+    factor = num("rope.scaling.factor", 0.0, float)
+    scaling = meta.get("gemma3.rope.scaling.type", "linear")
+    if factor not in (0.0, 1.0) and scaling not in ("linear", "none"):
+        raise UnsupportedModelError(f"gemma3: rope scaling {scaling!r} is not supported")
+    # gemma's query_pre_attn_scalar: n_embd / n_heads for the 27B (62 layers), else head_dim
+    # (llama.cpp hard-codes the same rule; the GGUF carries no key for it)
+    q_dim = n_embd // n_heads if n_layers == 62 else head_dim
+    return {
+        "sliding_window": max(window, 0),
+        "swa_layers": swa,
+        "rope_base_swa": num("rope.freq_base_swa", 10000.0, float),
+        "rope_freq_scale": 1.0 if factor == 0.0 else 1.0 / factor,
+        "attn_scale": 1.0 / math.sqrt(q_dim),
+        "final_logit_softcap": num("final_logit_softcapping", 0.0, float),
+    }

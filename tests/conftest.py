@@ -47,6 +47,11 @@ def qwen2_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen2_15b_path() -> Path:
+    return _catalog_model("LOCALINFER_TEST_QWEN2_15B", "qwen2.5-coder-1.5b")
+
+
+@pytest.fixture(scope="session")
 def server(smollm2_path: Path):
     """One real localinfer server (uvicorn, loopback, a free port) shared by the server tests;
     a 512-token context keeps the long-prompt cases quick."""

@@ -38,9 +38,9 @@ def unsupported_arch(folder: Path) -> Path:
 
 
 def unsupported_type(folder: Path) -> Path:
-    path = folder / "q2k.gguf"
+    path = folder / "iq2xxs.gguf"
     kvs, tensors = tiny_llama_parts(n_embd=256, n_ff=256, n_heads=4, n_kv_heads=2)
-    tensors = [TensorSpec(t.name, t.shape, QT.Q2_K) if t.name == "blk.0.ffn_up.weight" else t for t in tensors]
+    tensors = [TensorSpec(t.name, t.shape, QT.IQ2_XXS) if t.name == "blk.0.ffn_up.weight" else t for t in tensors]
     path.write_bytes(build_gguf(kvs, tensors))
     return path
 
@@ -59,7 +59,7 @@ def hostile_counts(folder: Path) -> Path:
         (lambda p: (p / "empty.gguf").write_bytes(b"") or p / "empty.gguf", ("empty",)),
         (hostile_counts, ("tensors", "cannot fit")),
         (unsupported_arch, ("architecture", "mamba9")),
-        (unsupported_type, ("Q2_K", "blk.0.ffn_up.weight")),
+        (unsupported_type, ("IQ2_XXS", "blk.0.ffn_up.weight")),
     ],
     ids=["missing", "not-gguf", "empty", "hostile-counts", "unsupported-arch", "unsupported-type"],
 )

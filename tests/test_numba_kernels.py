@@ -87,8 +87,8 @@ def test_mixed_kinds_widen_exactly():
 
 
 def test_unsupported_type_names_tensor():
-    with pytest.raises(UnsupportedModelError, match=r"blk\.0\.ffn_down\.weight.*Q5_K"):
-        unpack_tensor("blk.0.ffn_down.weight", int(QT.Q5_K), "Q5_K", np.zeros(176, np.uint8),
+    with pytest.raises(UnsupportedModelError, match=r"blk\.0\.ffn_down\.weight.*IQ2_XXS"):
+        unpack_tensor("blk.0.ffn_down.weight", int(QT.IQ2_XXS), "IQ2_XXS", np.zeros(66, np.uint8),
                       (256, 1))
 
 

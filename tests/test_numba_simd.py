@@ -1,5 +1,6 @@
-"""The explicit-SIMD (AVX-512 VNNI) kernels against gguf-py's references and the generic kernels,
-and the ISA selection.  Kernel tests skip on hosts without AVX-512 VNNI."""
+"""The explicit-SIMD kernels (AVX-512 VNNI; AVX2 with and without VNNI) against gguf-py's
+references, the generic kernels and exact attention, and the ISA selection.  Each vector path
+runs where the host has its features (this project's CI host has them all)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,27 @@ pytest.importorskip("numba")
 gq = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from localinfer.backends.numba_cpu import isa as isa_mod  # noqa: E402
-from localinfer.backends.numba_cpu.isa import resolve_isa  # noqa: E402
+from localinfer.backends.numba_cpu.isa import Isa, host_features, resolve_isa  # noqa: E402
 
 from localinfer.errors import InvalidRequestError  # noqa: E402
 
 QUANTS = [QT.Q4_0, QT.Q4_1, QT.Q8_0]
 native = pytest.mark.skipif(resolve_isa("auto") != "avx512", reason="host lacks AVX-512 VNNI")
+
+
+def _vector_isa(name: str, vnni: bool | None, needs: tuple[str, ...]):
+    have = host_features()
+    ok = all(f in have for f in isa_mod.REQUIREMENTS[name] + needs)
+    label = name if vnni is None else f"{name}-{'vnni' if vnni else 'novnni'}"
+    return pytest.param((name, vnni), id=label,
+                        marks=pytest.mark.skipif(not ok, reason=f"host lacks {label}"))
+
+
+# every vector path: avx512, avx2 with vpdpbusd ymm, avx2 with the vpmaddubsw pair
+VECTOR = [_vector_isa("avx512", None, ()), _vector_isa("avx2", True, ("avxvnni",)),
+          _vector_isa("avx2", False, ())]
+# the attention kernels do not depend on the dot-product flavour
+ATTENTION = [_vector_isa("avx512", None, ()), _vector_isa("avx2", None, ())]
 
 
 def test_forced_isa_names(monkeypatch):
@@ -28,8 +44,18 @@ def test_forced_isa_names(monkeypatch):
     monkeypatch.setattr(isa_mod, "host_features", lambda: {"avx2"})
     with pytest.raises(InvalidRequestError, match="avx512vnni"):
         resolve_isa("avx512")
+    with pytest.raises(InvalidRequestError, match="fma"):
+        resolve_isa("avx2")  # needs avx2, fma, f16c
+    monkeypatch.setattr(isa_mod, "host_features", lambda: {"avx2", "fma", "f16c"})
+    assert resolve_isa() == "generic"  # LOCALINFER_ISA=generic still set
+    assert resolve_isa("avx2") == "avx2"
     monkeypatch.delenv("LOCALINFER_ISA")
-    assert resolve_isa() == "generic"  # auto on a host without AVX-512
+    assert resolve_isa() == "avx2"  # auto: avx512 > avx2 > generic
+    assert not isa_mod.host_has_vnni256({"avx2", "fma", "f16c"})
+    assert isa_mod.host_has_vnni256({"avx2", "avxvnni"})
+    assert isa_mod.host_has_vnni256({"avx512vnni", "avx512vl"})
+    monkeypatch.setattr(isa_mod, "host_features", lambda: {"avx2"})
+    assert resolve_isa() == "generic"  # auto on a host with neither path
 
 
 def packed(qtype: QT, rows: int, cols: int, seed: int):
@@ -42,11 +68,10 @@ def packed(qtype: QT, rows: int, cols: int, seed: int):
     return unpack_tensor("w", int(qtype), qtype.name, raw.reshape(-1), (cols, rows)), ref
 
 
-@native
+@pytest.mark.parametrize("path", VECTOR)
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda t: t.name)
-def test_tiled_matmul_equals_generic_bit_for_bit(qtype):
+def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     from localinfer.backends.numba_cpu.dispatch import embed, project
-    from localinfer.backends.numba_cpu.isa import Isa
     from localinfer.backends.numba_cpu.linear import embed_rows, linear
     from localinfer.backends.numba_cpu.llama import make_buffers
     from localinfer.backends.numba_cpu.quants.tiles import tile_dequantize
@@ -70,76 +95,116 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype):
     qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]
     generic = np.zeros((n, rows), np.float32)
     linear(stack([p]), 0, x, qbuf, generic)
+    np.testing.assert_allclose(generic, x @ ref.T, rtol=0.05, atol=0.05 * np.abs(generic).max())
+    isa = Isa(*path)
     fast = np.zeros((n, rows), np.float32)
-    run(Isa("avx512"), tiles, x, qbuf, fast)
+    run(isa, tiles, x, qbuf, fast)
     np.testing.assert_array_equal(fast, generic)
     for i in (0, 4, 8):  # one row alone (the 1-row path) == the same row in a 4-row group
         alone = np.zeros((1, rows), np.float32)
-        run(Isa("avx512"), tiles, x[i : i + 1].copy(), qbuf, alone)
+        run(isa, tiles, x[i : i + 1].copy(), qbuf, alone)
         np.testing.assert_array_equal(alone[0], fast[i])
     tokens = np.array([3, 0, 69, 17], np.int64)
     e_generic = np.zeros((4, cols), np.float32)
     e_fast = np.zeros((4, cols), np.float32)
     embed_rows(stack([p]), tokens, e_generic)
-    lookup(Isa("avx512"), tiles, tokens, e_fast)
+    lookup(isa, tiles, tokens, e_fast)
     np.testing.assert_array_equal(e_fast, e_generic)
     np.testing.assert_allclose(e_fast, ref[tokens], rtol=1e-6, atol=1e-7)
 
 
-@native
-def test_matmul_uses_vnni():
+@pytest.mark.parametrize("path", VECTOR)
+def test_matmul_uses_the_dot_product_instructions(path):
+    from localinfer.backends.numba_cpu.kernels.matmul_avx2 import matmul_tiles_avx2
     from localinfer.backends.numba_cpu.kernels.matmul_avx512 import matmul_tiles
     from numba import njit
 
-    fresh = njit(parallel=True)(matmul_tiles.py_func)  # cached code has no asm to inspect
     w = np.zeros((2, 1, 256), np.uint8)
     d = np.zeros((2, 1, 16), np.uint16)
     xq = np.zeros((5, 32), np.int8)
     xf = np.zeros((5, 1), np.float32)
-    fresh(True, 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf, np.zeros((5, 32), np.float32))
+    args = (True, 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
+            np.zeros((5, 32), np.float32))
+    kernel = matmul_tiles if path[0] == "avx512" else matmul_tiles_avx2
+    fresh = njit(parallel=True)(kernel.py_func)  # cached code has no asm to inspect
+    if path[0] == "avx2":
+        args = (Isa(*path), *args)
+    fresh(*args)
     asm = fresh.inspect_asm(fresh.signatures[0])
-    assert "vpdpbusd" in asm and "vcvtph2ps" in asm
+    assert "vcvtph2ps" in asm
+    assert "prefetcht0" in asm  # batched passes ask for the next weight tile ahead
+    if path == ("avx2", False):
+        assert "vpmaddubsw" in asm and "vpdpbusd" not in asm
+    else:
+        assert "vpdpbusd" in asm
+    if path[0] == "avx2":
+        assert "ymm" in asm
 
 
-@native
-def test_quantize_and_swiglu_match_generic():
+@pytest.mark.parametrize("path", ATTENTION)
+def test_quantize_and_swiglu_match_generic(path):
+    from localinfer.backends.numba_cpu.kernels import elementwise_avx2, elementwise_avx512
     from localinfer.backends.numba_cpu.kernels.elementwise import swiglu
-    from localinfer.backends.numba_cpu.kernels.elementwise_avx512 import (
-        quantize_rows_avx512,
-        swiglu_avx512,
-    )
     from localinfer.backends.numba_cpu.kernels.quantize import quantize_rows
 
+    mod = elementwise_avx512 if path[0] == "avx512" else elementwise_avx2
+    quantize_fast = getattr(mod, f"quantize_rows_{path[0]}")
+    swiglu_fast = getattr(mod, f"swiglu_{path[0]}")
     rng = np.random.default_rng(3)
     n, cols = 11, 96
     x = (rng.standard_normal((n, cols)) * rng.uniform(0, 50, (n, 1))).astype(np.float32)
     x[2, :32] = 0.0  # an all-zero block
     outs = []
-    for fn in (quantize_rows, quantize_rows_avx512):
+    for fn in (quantize_rows, quantize_fast):
         bufs = (np.zeros((n, cols), np.int8), np.zeros((n, 3), np.float32),
                 np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32))
         fn(x, *bufs)
         outs.append(bufs)
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)
+    xq, xd = outs[1][0], outs[1][1]  # codes * scale reproduce x to int8 precision
+    approx = xq.reshape(n, 3, 32) * xd[:, :, None]
+    np.testing.assert_allclose(approx.reshape(n, cols), x, atol=np.abs(x).max() / 100)
     gu = (rng.standard_normal((n, 64)) * 8).astype(np.float32)
     gu[0, :8] = [-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4, -1e-30]
     ref, got = np.zeros((n, 32), np.float32), np.zeros((n, 32), np.float32)
     swiglu(gu, 32, ref)
-    swiglu_avx512(gu, 32, got)
+    swiglu_fast(gu, 32, got)
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-30)
 
 
-@native
-@pytest.mark.parametrize("start,n_tok", [(0, 37), (16, 1), (300, 2)])
-def test_attention_matches_generic(start, n_tok):
-    from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
-    from localinfer.backends.numba_cpu.kernels.attention_avx512 import (
-        attention_avx512,
-        write_kv_avx512,
-    )
+def _exact_attention(qkv, pos, n_heads, n_kv, hd, table, bs, kg, vg, scale, window=0):
+    """float64 attention over the f16 cache and f16-rounded queries (the kernels' inputs)."""
+    k = kg.view(np.float16).astype(np.float64)
+    v = vg.view(np.float16).astype(np.float64)
+    out = np.zeros((len(pos), n_heads * hd))
+    group = n_heads // n_kv
+    for t, p in enumerate(pos):
+        lo = max(0, p + 1 - window) if window else 0
+        keys = np.arange(lo, p + 1)
+        ks, vs = k[table[keys // bs], keys % bs], v[table[keys // bs], keys % bs]
+        for h in range(n_heads):
+            q = qkv[t, h * hd:(h + 1) * hd].astype(np.float16).astype(np.float64)
+            s = ks[:, h // group] @ q * float(scale)
+            w = np.exp(s - s.max())
+            out[t, h * hd:(h + 1) * hd] = (w / w.sum()) @ vs[:, h // group]
+    return out
 
-    n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 24
+
+@pytest.mark.parametrize("path", ATTENTION)
+@pytest.mark.parametrize("start,n_tok,extra", [(0, 37, 0), (16, 1, 0), (300, 2, 0),
+                                               (700, 5, 0), (1000, 1, 0), (1000, 2, -600)])
+def test_attention_matches_generic(path, start, n_tok, extra):
+    """As close to exact attention as the generic kernel is, for contexts within one key chunk
+    and for longer ones (split into chunks, over threads when the step has few items).  Either way a token's result is the same alone or in
+    a batch.  extra < 0: a scratch too narrow for the split mode."""
+    from localinfer.backends.numba_cpu.kernels import attention_avx2, attention_avx512
+    from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
+
+    mod = attention_avx512 if path[0] == "avx512" else attention_avx2
+    write_fast = getattr(mod, f"write_kv_{path[0]}")
+    attend_fast = getattr(mod, f"attention_{path[0]}")
+    n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 72
     rng = np.random.default_rng(start)
     table = rng.permutation(n_blocks)[None, :].astype(np.int64)
     pos = np.arange(start + n_tok, dtype=np.int64)
@@ -151,7 +216,7 @@ def test_attention_matches_generic(start, n_tok):
     kt = np.zeros((n_blocks, n_kv, hd, bs), np.uint16)
     vt = np.zeros((n_blocks, n_kv, bs, hd), np.uint16)
     write_kv(qkv, n_heads * hd, (n_heads + n_kv) * hd, n_kv, hd, slots, bs, kg, vg)
-    write_kv_avx512(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
+    write_fast(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
     np.testing.assert_array_equal(kt, kg.transpose(0, 2, 3, 1))
     np.testing.assert_array_equal(vt, vg.transpose(0, 2, 1, 3))
     new = slice(start, start + n_tok)
@@ -159,13 +224,58 @@ def test_attention_matches_generic(start, n_tok):
     ref = np.zeros((n_tok, n_heads * hd), np.float32)
     attention(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kg, vg, scale, ref)
     got = np.zeros_like(ref)
-    scratch = np.zeros((2, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
-    attention_avx512(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt, scale,
-                     scratch, got)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    scratch = np.zeros((2, n_heads // n_kv, 2 * hd + n_blocks * bs + extra), np.float32)
+    attend_fast(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt, scale,
+                scratch, got)
+    exact = _exact_attention(qkv[new], pos[new], n_heads, n_kv, hd, table[0], bs, kg, vg, scale)
+    err_ref = np.abs(ref - exact).max()  # f16 probabilities: ~1e-4 of |V| here
+    assert np.abs(got - exact).max() <= 2 * err_ref
     for i in range(n_tok):  # each token alone: bit-identical
         one = np.zeros((1, n_heads * hd), np.float32)
         row = slice(start + i, start + i + 1)
-        attention_avx512(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
-                         scale, scratch, one)
+        attend_fast(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
+                    scale, scratch, one)
         np.testing.assert_array_equal(one[0], got[i])
+
+
+@pytest.mark.parametrize("path", ATTENTION)
+def test_attention_split_over_threads_is_exact_for_any_thread_count(path):
+    """One long-context token (the single-stream decode case): its key chunks go to threads
+    (flash-decoding) and merge in order, so 1, 2 or 3 threads' scratch give identical bits,
+    all as close to exact attention as the generic kernel."""
+    from localinfer.backends.numba_cpu.kernels import attention_avx2, attention_avx512
+    from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
+
+    mod = attention_avx512 if path[0] == "avx512" else attention_avx2
+    write_fast = getattr(mod, f"write_kv_{path[0]}")
+    attend_fast = getattr(mod, f"attention_{path[0]}")
+    n_heads, n_kv, hd, bs, n_blocks = 9, 3, 64, 16, 80
+    p = 1200
+    rng = np.random.default_rng(7)
+    table = rng.permutation(n_blocks)[None, :].astype(np.int64)
+    pos = np.arange(p + 1, dtype=np.int64)
+    slots = table[0, pos // bs] * bs + pos % bs
+    qkv = rng.standard_normal((p + 1, (n_heads + 2 * n_kv) * hd)).astype(np.float32)
+    qkv[:, : n_heads * hd] *= 3  # peakier attention than random
+    kg = np.zeros((n_blocks, bs, n_kv, hd), np.uint16)
+    vg = np.zeros_like(kg)
+    kt = np.zeros((n_blocks, n_kv, hd, bs), np.uint16)
+    vt = np.zeros((n_blocks, n_kv, bs, hd), np.uint16)
+    write_kv(qkv, n_heads * hd, (n_heads + n_kv) * hd, n_kv, hd, slots, bs, kg, vg)
+    write_fast(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
+    last, seq = slice(p, p + 1), np.zeros(1, np.int64)
+    scale = np.float32(hd**-0.5)
+    ref = np.zeros((1, n_heads * hd), np.float32)
+    attention(qkv[last], n_heads, n_kv, hd, pos[last], seq, table, bs, kg, vg, scale, ref)
+    exact = _exact_attention(qkv[last], pos[last], n_heads, n_kv, hd, table[0], bs, kg, vg,
+                             scale)
+    outs = []
+    for threads in (1, 2, 3):
+        out = np.zeros_like(ref)
+        scratch = np.zeros((threads, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
+        attend_fast(qkv[last], n_heads, n_kv, hd, pos[last], seq, table, bs, kt, vt, scale,
+                    scratch, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
+    assert np.abs(outs[0] - exact).max() <= 2 * np.abs(ref - exact).max()

@@ -25,6 +25,20 @@ def test_greedy_is_argmax_and_ties_go_to_lowest_id():
     assert Sampler()(tie, [seq()]) == [3]
 
 
+def test_batched_greedy_equals_each_row_alone():
+    """A batch of plain greedy rows takes one argmax over the block: the same tokens (ties to
+    the lowest id in each row) as row by row, and a batch mixing in a penalized row too."""
+    x = np.random.default_rng(3).standard_normal((5, 40)).astype(np.float32)
+    x[2, [7, 30]] = 9.0  # a tie in row 2
+    alone = [Sampler()(x[i : i + 1], [seq()])[0] for i in range(5)]
+    assert Sampler()(x, [seq() for _ in range(5)]) == alone
+    assert alone[2] == 7
+    mixed = [seq() for _ in range(5)]
+    mixed[4] = seq(tokens=(alone[4],), repetition_penalty=50.0)
+    got = Sampler()(x, mixed)
+    assert got[:4] == alone[:4] and got[4] != alone[4]
+
+
 def test_top_k_1_equals_greedy():
     x = logits()
     for seed in range(5):

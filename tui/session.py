@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from localinfer.tui.conversation import Conversation
 
@@ -27,6 +27,7 @@ NEAR_FULL = 0.8  # warn when this share of the context is used
 class LoadOptions:
     model: str | None = None
     backend: str = "numba"
+    backend_options: dict[str, Any] | None = None  # runner keywords, e.g. n_gpu_layers
     threads: int | None = None
     ctx: int | None = None
     kv_cache_mb: float | None = None
@@ -53,7 +54,8 @@ class ChatSession:
         catalog = Catalog.load()
         path = catalog.resolve(options.model, progress=False, on_progress=on_progress)
         llm = LLM(path, backend=options.backend, threads=options.threads,
-                  max_model_len=options.ctx, kv_cache_mb=options.kv_cache_mb)
+                  max_model_len=options.ctx, kv_cache_mb=options.kv_cache_mb,
+                  backend_options=options.backend_options)
         if options.warmup:  # compile (or load compiled) kernels before the first turn
             llm.generate("Hi", SamplingParams(max_tokens=2, temperature=0.0))
         name = options.model or catalog.default

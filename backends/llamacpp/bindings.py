@@ -28,7 +28,7 @@ REQUIRED = (
     "llama_max_parallel_sequences",
     "llama_batch",
     "llama_decode",
-    "llama_get_logits_ith",
+    "llama_get_logits",
     "llama_get_memory",
     "llama_memory_clear",
     "llama_memory_seq_rm",

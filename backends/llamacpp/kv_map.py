@@ -86,18 +86,23 @@ class KVMap:
                 f"seq {seq_id} resumes at {first_pos}, expected {self.next_pos[seq_id]}"
             )
         me = self.live[seq_id]
-        for k, pos in enumerate(range(first_pos, first_pos + len(tokens))):
-            block_id = table[pos // bs]
+        pos, end = first_pos, first_pos + len(tokens)
+        while pos < end:  # one pass per block written, not per token
+            index = pos // bs
+            block_id = table[index]
+            stop = min(end, (index + 1) * bs)
             rec = self.records.get(block_id)
             if rec is None or me not in rec.holders:
-                rec = self._claim(block_id, pos // bs, me)
+                rec = self._claim(block_id, index, me)
             if len(rec.tokens) != pos % bs:
                 raise RuntimeError(f"block {block_id}: write at offset {pos % bs}, "
                                    f"holds {len(rec.tokens)} tokens")
-            rec.tokens.append(tokens[k])
-        self.next_pos[seq_id] = first_pos + len(tokens)
-        start = first_pos - len(prefix)
-        return SeqInput(me, start, prefix + list(tokens), len(prefix))
+            rec.tokens.extend(tokens[pos - first_pos : stop - first_pos])
+            pos = stop
+        self.next_pos[seq_id] = end
+        if not prefix:
+            return SeqInput(me, first_pos, tokens, 0)
+        return SeqInput(me, first_pos - len(prefix), prefix + list(tokens), len(prefix))
 
     def _admit(self, me: int, cached: list[int]) -> list[int]:
         """Copy the cached prefix blocks' cells into `me`; recompute from the first block

@@ -2,7 +2,8 @@
 the IsaType the step receives (isa.py), so llama.py wires one forward pass for every path.
 
 Weight stacks differ per path (weights.py): the generic path reads WeightStack 7-tuples
-(quants/packed.py layouts), the avx512 path TileStack 6-tuples (quants/tiles.py layout).
+(quants/packed.py layouts), the avx512 and avx2 paths TileStack 6-tuples (quants/tiles.py
+layout; avx2 reads each 16-row tile as two 8-row halves) and the same transposed KV layout.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from numba.extending import overload
 
 from .isa import IsaType
 from .kernels.attention import attention, write_kv
+from .kernels.attention_avx2 import attention_avx2, write_kv_avx2
 from .kernels.attention_avx512 import attention_avx512, write_kv_avx512
 from .kernels.elementwise import swiglu
+from .kernels.elementwise_avx2 import quantize_rows_avx2, swiglu_avx2
 from .kernels.elementwise_avx512 import quantize_rows_avx512, swiglu_avx512
 from .kernels.matmul import matmul_f32
+from .kernels.matmul_avx2 import matmul_tiles_avx2
 from .kernels.matmul_avx512 import embed_tiles, matmul_tiles
 from .linear import embed_rows, linear
 from .quants.packed import KIND_F32, KIND_Q4
@@ -29,9 +33,10 @@ def embed(isa, ws, tokens, out):
 
 
 def attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
-           slot_mapping, k_pool, v_pool, scale, scratch, out):
+           slot_mapping, k_pool, v_pool, scale, scratch, out, window):
     """Store this step's K/V (columns of qkv) into the pool, then causal GQA attention.
-    scratch: (threads, group, 2 head_dim + max_ctx) f32 per-thread memory (llama.make_buffers)."""
+    scratch: (threads, group, 3 head_dim + 4 + max_ctx) f32 per-thread memory (llama.make_buffers).
+    window: 0, or the sliding window (keys a query sees, its own included)."""
 
 
 def silu_mul(isa, gate_up, n_ff, out):
@@ -46,6 +51,12 @@ def _silu_mul(isa, gate_up, n_ff, out):
         def generic(isa, gate_up, n_ff, out):
             swiglu(gate_up, n_ff, out)
         return generic
+    # -- avx2 (8 lanes)
+    if isa.isa == "avx2":
+        def avx2(isa, gate_up, n_ff, out):
+            swiglu_avx2(gate_up, n_ff, out)
+        return avx2
+    # --
 
     def fast(isa, gate_up, n_ff, out):
         swiglu_avx512(gate_up, n_ff, out)
@@ -60,6 +71,7 @@ def _project(isa, ws, layer, x, qbuf, out):
         def generic(isa, ws, layer, x, qbuf, out):
             linear(ws, layer, x, qbuf, out)
         return generic
+    avx2 = isa.isa == "avx2"  # the same tiles, read as 8-row halves (matmul_avx2.py)
 
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
@@ -72,6 +84,11 @@ def _project(isa, ws, layer, x, qbuf, out):
         xd = qbuf[1][:n_tokens, :nb]
         xi = qbuf[2][:n_tokens, :nb]
         xs = qbuf[3][:n_tokens, :nb]
+        if avx2:
+            quantize_rows_avx2(x, xq[:, :cols], xd, xi, xs)
+            matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
+                              xq, xd, xi, xs, out)
+            return
         quantize_rows_avx512(x, xq[:, :cols], xd, xi, xs)
         matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
                      out)
@@ -99,22 +116,32 @@ def _embed(isa, ws, tokens, out):
 
 @overload(attend, jit_options={"nogil": True})
 def _attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
-            slot_mapping, k_pool, v_pool, scale, scratch, out):
+            slot_mapping, k_pool, v_pool, scale, scratch, out, window):
     if not isinstance(isa, IsaType):
         return None
     if isa.isa == "generic":
         def generic(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                    block_size, slot_mapping, k_pool, v_pool, scale, scratch, out):
+                    block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
             k_col = n_heads * head_dim
             write_kv(qkv, k_col, k_col + n_kv * head_dim, n_kv, head_dim, slot_mapping,
                      block_size, k_pool, v_pool)
             attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                      block_size, k_pool, v_pool, scale, out)
+                      block_size, k_pool, v_pool, scale, out, window)
         return generic
+    # -- avx2 (8 lanes, same pool layout as avx512)
+    if isa.isa == "avx2":
+        def avx2(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                 block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
+            write_kv_avx2(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool,
+                          v_pool)
+            attention_avx2(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                           block_size, k_pool, v_pool, scale, scratch, out, window)
+        return avx2
+    # --
 
     def fast(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-             block_size, slot_mapping, k_pool, v_pool, scale, scratch, out):
+             block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
         write_kv_avx512(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool, v_pool)
         attention_avx512(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                         block_size, k_pool, v_pool, scale, scratch, out)
+                         block_size, k_pool, v_pool, scale, scratch, out, window)
     return fast

@@ -2,6 +2,9 @@
 features (llvmlite reports them), overridable with LOCALINFER_ISA or the runner's `isa` argument.
 
     avx512   AVX-512 F/BW/VNNI + F16C: 16-row weight tiles, vpdpbusd, vector attention
+    avx2     AVX2 + FMA + F16C: the same tiles as two 8-row halves in 256-bit vectors; integer
+             dot products by vpdpbusd ymm where the host has AVX-VNNI (or AVX-512 VNNI + VL),
+             else by the vpmaddubsw/vpmaddwd pair
     generic  plain Numba loops every machine can run (the reference the fast paths match)
 
 The choice reaches the jitted step as an argument of a Numba type of its own (IsaType), whose
@@ -22,6 +25,7 @@ ISA_ENV = "LOCALINFER_ISA"
 # name -> host features it needs; best first
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "avx512": ("avx512f", "avx512bw", "avx512vnni", "f16c"),
+    "avx2": ("avx2", "fma", "f16c"),
     "generic": (),
 }
 
@@ -50,29 +54,42 @@ def resolve_isa(requested: str | None = None) -> str:
     return name
 
 
+def host_has_vnni256(have: set[str] | None = None) -> bool:
+    """vpdpbusd on 256-bit registers: AVX-VNNI (VEX), or AVX-512 VNNI with VL (EVEX)."""
+    have = host_features() if have is None else have
+    return "avxvnni" in have or {"avx512vnni", "avx512vl"} <= have
+
+
 class Isa:
-    """A Python handle for an ISA name, passed to jitted code."""
+    """A Python handle for an ISA name, passed to jitted code.  `vnni` (avx2 only): use
+    vpdpbusd ymm; None = whatever the host has (False forces the vpmaddubsw pair, for tests)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "vnni")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, vnni: bool | None = None) -> None:
         if name not in REQUIREMENTS:
             raise InvalidRequestError(f"unknown ISA {name!r}")
         self.name = name
+        if name == "avx2":
+            self.vnni = host_has_vnni256() if vnni is None else vnni
+        else:
+            self.vnni = name == "avx512"
 
     def __repr__(self) -> str:
-        return f"Isa({self.name!r})"
+        return f"Isa({self.name!r}, vnni={self.vnni})"
 
 
 class IsaType(types.Type):
-    def __init__(self, isa: str) -> None:
+    def __init__(self, isa: str, vnni: bool = False) -> None:
         self.isa = isa
-        super().__init__(name=f"Isa({isa})")
+        self.vnni = vnni
+        suffix = "+vnni" if vnni and isa == "avx2" else ""
+        super().__init__(name=f"Isa({isa}{suffix})")
 
 
 @typeof_impl.register(Isa)
 def _typeof_isa(val, c):
-    return IsaType(val.name)
+    return IsaType(val.name, val.vnni)
 
 
 @register_model(IsaType)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .dispatch import attend, embed, project, silu_mul
+from .dispatch import attend, embed, silu_mul
 from .kernels.elementwise import (
     add_bias,
     add_inplace,
@@ -24,6 +24,7 @@ from .kernels.elementwise import (
     rope_neox,
     rope_tables,
 )
+from .project_q8k import project_as
 
 
 def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head_dim: int,
@@ -43,8 +44,11 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
         np.zeros((n_tokens, n_ff), f32),  # swiglu output
         np.zeros((n_tokens, rope_dim // 2), f32),  # cos
         np.zeros((n_tokens, rope_dim // 2), f32),  # sin
-        # per thread: Q of a GQA group, its scores, its output (group, 2 head_dim + max_ctx)
-        np.zeros((threads, n_heads // n_kv_heads, 2 * head_dim + max_ctx), f32),
+        # per thread, per query head of a GQA group: the generic kernel's Q, output and scores
+        # (2 head_dim + max_ctx); the vector kernels' Q, chunk state, merged state and chunk
+        # scores (3 head_dim + 4 + chunk <= max_ctx, kernels/attention_split.py) — the wider
+        # of the two, so even a pool of a few blocks leaves room for one whole chunk
+        np.zeros((threads, n_heads // n_kv_heads, 3 * head_dim + 4 + max_ctx), f32),
         (
             np.zeros((n_tokens, widest), np.int8),  # int8 activation codes
             np.zeros((n_tokens, widest // 32), f32),  # block scales
@@ -57,7 +61,7 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
 @njit(cache=True, nogil=True)
 def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, logits_rows,
                dims, rms_eps, rope_base, attn_scale,
-               embd, head, out_norm, attn_norm, ffn_norm, bqkv, wqkv, wo, wgu, wdown,
+               embd, head, out_norm, attn_norm, ffn_norm, bqkv, wqkv, wo, wgu, wdown, q8k,
                k_pool, v_pool, bufs, logits):
     """One forward step.  tokens, positions, token_seq (sequence index), slot_mapping:
     (n_tokens,); block_tables (n_seqs, max_blocks); logits_rows (n_logits,) -> logits
@@ -81,7 +85,8 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
     rope_tables(positions, rope_dim, rope_base, cos_t, sin_t)
     for layer in range(n_layers):
         rmsnorm(x, attn_norm[layer], rms_eps, xn)
-        project(isa, wqkv, layer, xn, qbuf, qkv)  # (n, (n_heads + 2 n_kv) head_dim)
+        # (n, (n_heads + 2 n_kv) head_dim)
+        project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k[0, layer])
         add_bias(qkv, bqkv[layer])
         if neox:
             rope_neox(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
@@ -91,13 +96,13 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
             rope_inplace(qkv, k_col, n_kv, head_dim, rope_dim, cos_t, sin_t)
         attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                block_size, slot_mapping, k_pool[layer], v_pool[layer], attn_scale, att_scratch,
-               att)
-        project(isa, wo, layer, att, qbuf, xn)  # (n, n_embd)
+               att, 0)
+        project_as(isa, wo, layer, att, qbuf, xn, q8k[1, layer])  # (n, n_embd)
         add_inplace(x, xn)
         rmsnorm(x, ffn_norm[layer], rms_eps, xn)
-        project(isa, wgu, layer, xn, qbuf, gu)  # (n, 2 n_ff)
+        project_as(isa, wgu, layer, xn, qbuf, gu, q8k[2, layer])  # (n, 2 n_ff)
         silu_mul(isa, gu, n_ff, hid)
-        project(isa, wdown, layer, hid, qbuf, xn)  # (n, n_embd)
+        project_as(isa, wdown, layer, hid, qbuf, xn, q8k[3, layer])  # (n, n_embd)
         add_inplace(x, xn)
 
     n_out = logits_rows.shape[0]
@@ -106,4 +111,4 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
         sel[r] = x[logits_rows[r]]
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
-    project(isa, head, 0, xn_out, qbuf, logits)
+    project_as(isa, head, 0, xn_out, qbuf, logits, q8k[4, 0])

@@ -39,10 +39,11 @@ class NumbaModelRunner(ModelRunner):
 
     def __init__(self, gguf: GGUFFile, config: ModelConfig, *, num_blocks: int, block_size: int,
                  threads: int | None = None, progress: bool = False,
-                 max_num_batched_tokens: int = 512, isa: str | None = None) -> None:
+                 max_num_batched_tokens: int = 512, isa: str | None = None,
+                 num_swa_blocks: int | None = None) -> None:
         super().__init__(gguf, config, num_blocks=num_blocks, block_size=block_size,
                          threads=threads, progress=progress)
-        if config.arch not in ("llama", "qwen2"):
+        if config.arch not in ("llama", "qwen2", "gemma3"):
             raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
         import numba
 
@@ -61,6 +62,20 @@ class NumbaModelRunner(ModelRunner):
                                           "n_ff to be multiples of 16")
             self.isa = "generic"
         self._isa = Isa(self.isa)
+        # -- gemma3: its own step and two KV pools (global, sliding-window); see gemma3.py
+        self._gemma3 = None
+        if c.arch == "gemma3":
+            from .gemma3 import Gemma3Forward
+
+            self.sliding_window = c.sliding_window if any(c.swa_layers) else 0
+            self.num_swa_blocks = num_swa_blocks or num_blocks
+            self._gemma3 = Gemma3Forward(gguf, c, self._isa, self.isa, num_blocks=num_blocks,
+                                         num_swa_blocks=self.num_swa_blocks,
+                                         block_size=block_size, threads=self.threads,
+                                         max_tokens=max_num_batched_tokens)
+            self.weights = self._gemma3.weights
+            return
+        # --
         self.weights = LlamaWeights.load(gguf, config, tiled=self.isa != "generic")
         # f16 bits; the avx512 attention keeps K transposed within each block
         if self.isa == "generic":
@@ -79,6 +94,9 @@ class NumbaModelRunner(ModelRunner):
         self._ensure_capacity(max_num_batched_tokens)
 
     def _ensure_capacity(self, n_tokens: int) -> None:
+        if self._gemma3 is not None:
+            self._gemma3.ensure_capacity(n_tokens)
+            return
         if n_tokens <= self._capacity:
             return
         c = self.config
@@ -110,13 +128,25 @@ class NumbaModelRunner(ModelRunner):
         w = self.weights
         c = self.config
         slots = np.asarray(batch.slot_mapping, np.int64)
+        if self._gemma3 is not None:  # sliding layers address their own pool when it is given
+            swa_tables, swa_slots = tables, slots
+            if batch.swa_block_tables:
+                swa_tables = np.zeros_like(tables)
+                for i, t in enumerate(batch.swa_block_tables):
+                    swa_tables[i, : len(t)] = np.maximum(t, 0)  # released (-1): never read
+                swa_slots = np.asarray(batch.swa_slot_mapping, np.int64)
+            self._gemma3.run(tokens, positions, token_seq, tables, slots, swa_tables, swa_slots,
+                             rows, logits)
+            return logits
         self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
                    np.float32(c.rms_eps), float(c.rope_base),
                    np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
-                   w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, self.k_pool,
-                   self.v_pool, self._bufs, logits)
+                   w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
+                   self.k_pool, self.v_pool, self._bufs, logits)
         return logits
 
     def close(self) -> None:
+        if self._gemma3 is not None:
+            self._gemma3.close()
         self.weights = None  # type: ignore[assignment]
         self.k_pool = self.v_pool = np.zeros(0, np.uint16)

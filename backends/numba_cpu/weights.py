@@ -99,6 +99,23 @@ def stack_tiles(layers: list[Packed]) -> tuple:
     return (kind, zero, w, d, m, wf)
 
 
+K_QUANTS = frozenset({"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"})
+ROLE_TENSORS = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "ffn_up"),
+                ("ffn_down",))
+
+
+def q8k_roles(g: GGUFFile, config: ModelConfig) -> np.ndarray:
+    """LlamaWeights.q8k: which projections take q8_K activations."""
+    flags = np.zeros((5, config.n_layers), np.bool_)
+    for r, role in enumerate(ROLE_TENSORS):
+        for i in range(config.n_layers):
+            flags[r, i] = all(g.tensors[f"blk.{i}.{t}.weight"].type_name in K_QUANTS
+                              for t in role)
+    head = "token_embd.weight" if config.tied_embeddings else "output.weight"
+    flags[4, 0] = g.tensors[head].type_name in K_QUANTS
+    return flags
+
+
 @dataclass(slots=True)
 class LlamaWeights:
     embd: WeightStack  # (1, n_vocab, n_embd)
@@ -111,6 +128,12 @@ class LlamaWeights:
     wgu: WeightStack  # (n_layers, 2 n_ff, n_embd): gate rows then up rows
     wdown: WeightStack  # (n_layers, n_embd, n_ff)
     bqkv: np.ndarray  # (n_layers, (n_heads + 2 n_kv_heads) head_dim) f32; zeros without biases
+    # (5, n_layers) bool, roles wqkv, wo, wgu, wdown, then the output head in [4, 0]: every
+    # source tensor of the role is a K-quant, so its activations are quantized in q8_K blocks
+    # of 256 (project_q8k.py) as llama.cpp does for those weight types — with one scale per
+    # 256 values instead of per 32, which matters where activations are large (the first
+    # token of qwen2.5-1.5b)
+    q8k: np.ndarray
 
     @classmethod
     def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
@@ -147,6 +170,7 @@ class LlamaWeights:
                        for i in layers]),
             wdown=stack_role([load_packed(g, blk(i, "ffn_down")) for i in layers]),
             bqkv=bqkv,
+            q8k=q8k_roles(g, config),
         )
 
     def nbytes(self) -> int:

@@ -16,6 +16,9 @@ class BenchPlan:
     model: str  # path to the .gguf file
     threads: int
     quick: bool = False
+    backend: str = "numba"  # localinfer's backend (the llama.cpp side is always llama.cpp)
+    n_gpu_layers: int = 0  # llamacpp backend only
+    flash_attn: bool | None = None  # llamacpp backend only; None: llama.cpp decides
     n_ctx_train: int = 4096
     pp_tokens: int = 512  # prefill prompt (pp512)
     tg_prompt: int = 16  # single-stream decode starts after this many prompt tokens

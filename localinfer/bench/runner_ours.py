@@ -1,4 +1,4 @@
-"""The localinfer side: the real engine (LLM + LLMEngine, numba backend), timed step by step.
+"""The localinfer side: the real engine (LLM + LLMEngine, plan.backend), timed step by step.
 
 Prefix caching is off and every repetition uses fresh prompt ids, so each prompt is computed.
 """
@@ -48,15 +48,15 @@ def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> Drive:
     return Drive(start, all_first, time.perf_counter(), after)
 
 
-def _kv_mb(llm_path: str, tokens: int) -> float:
+def _kv_mb(plan: BenchPlan, tokens: int) -> float:
     """kv_cache_mb that gives a pool of exactly `tokens` slots (16-token blocks)."""
     from localinfer.backend import get_backend
     from localinfer.gguf_file import open_gguf
     from localinfer.model_config import ModelConfig
 
-    with open_gguf(llm_path) as g:
-        config = ModelConfig.from_gguf(g)
-    per_token = get_backend("numba").kv_bytes_per_token(config)
+    with open_gguf(plan.model) as g:
+        config = ModelConfig.from_gguf(g, strict_arch=plan.backend == "numba")
+    per_token = get_backend(plan.backend).kv_bytes_per_token(config)
     blocks = round_up(tokens, 16) // 16
     return (blocks + 0.5) * 16 * per_token / 2**20
 
@@ -64,9 +64,12 @@ def _kv_mb(llm_path: str, tokens: int) -> float:
 def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
     from localinfer.llm import LLM
 
-    return LLM(plan.model, backend="numba", threads=plan.threads, max_model_len=ctx,
-               kv_cache_mb=_kv_mb(plan.model, ctx), max_num_seqs=max_seqs,
-               max_num_batched_tokens=512, enable_prefix_caching=False)
+    options = ({"n_gpu_layers": plan.n_gpu_layers, "flash_attn": plan.flash_attn}
+               if plan.backend == "llamacpp" else None)
+    return LLM(plan.model, backend=plan.backend, threads=plan.threads, max_model_len=ctx,
+               kv_cache_mb=_kv_mb(plan, ctx), max_num_seqs=max_seqs,
+               max_num_batched_tokens=512, enable_prefix_caching=False,
+               backend_options=options)
 
 
 def single(plan: BenchPlan, stage: Stage) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 localinfer: `localinfer run --max-tokens 1` (it writes the token, or the final newline, right
 after the first token is sampled). Cold: an empty NUMBA_CACHE_DIR, so every kernel compiles;
 warm: the normal kernel cache under localinfer.paths.kernel_cache_dir(), filled by an untimed
-run first. llama.cpp: the same through llama-cpp-python in a fresh Python process (it has no
-JIT, so "cold" is simply its first start).
+run first. llama.cpp (and localinfer's llamacpp backend): the same through llama-cpp-python in
+a fresh Python process (it has no JIT, so "cold" is simply its first start).
 """
 
 from __future__ import annotations
@@ -37,8 +37,13 @@ def first_output_s(cmd: list[str], env: dict[str, str] | None = None) -> float:
 
 
 def ours_cmd(plan: BenchPlan) -> list[str]:
-    return [sys.executable, "-m", "localinfer", "run", "--model", plan.model, "--threads",
-            str(plan.threads), "--max-tokens", "1", "--raw", "Hello"]
+    cmd = [sys.executable, "-m", "localinfer", "run", "--model", plan.model, "--backend",
+            plan.backend, "--threads", str(plan.threads), "--max-tokens", "1", "--raw", "Hello"]
+    if plan.n_gpu_layers:
+        cmd += ["--n-gpu-layers", str(plan.n_gpu_layers)]
+    if plan.backend == "llamacpp" and plan.flash_attn is not None:
+        cmd += ["--flash-attn", "on" if plan.flash_attn else "off"]
+    return cmd
 
 
 def peer_cmd(plan: BenchPlan) -> list[str]:
@@ -66,6 +71,8 @@ def measure(cmd: list[str], plan: BenchPlan, cold_env: dict[str, str] | None,
 
 
 def measure_ours(plan: BenchPlan, show: Any) -> dict[str, Any]:
+    if plan.backend != "numba":  # no JIT: "cold" is simply the first start
+        return measure(ours_cmd(plan), plan, None, show)
     with tempfile.TemporaryDirectory(prefix="localinfer-bench-jit-") as empty:
         env = {**os.environ, "NUMBA_CACHE_DIR": empty}
         return measure(ours_cmd(plan), plan, env, show)

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.errors import BackendUnavailableError, InvalidRequestError
 
 
@@ -16,6 +17,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="'serve': load-test an OpenAI-compatible server (--url; see [serve])")
     loadgen.add_arguments(p)
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
+    add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="CPU threads, both sides (default: physical cores)")
     p.add_argument("--peer", choices=("llamacpp", "none"), default="llamacpp",
                    help="compare against llama-cpp-python in-process (default) or nothing")
@@ -37,7 +39,8 @@ def main(name: str, args: argparse.Namespace) -> int:
     from localinfer.model_config import ModelConfig
 
     peer = args.peer == "llamacpp"
-    if peer and importlib.util.find_spec("llama_cpp") is None:
+    options = backend_options(args) or {}
+    if (peer or args.backend == "llamacpp") and importlib.util.find_spec("llama_cpp") is None:
         raise BackendUnavailableError(
             "the llama.cpp peer needs llama-cpp-python (pip install 'localinfer[llamacpp]'); "
             "or pass --peer none")
@@ -45,18 +48,21 @@ def main(name: str, args: argparse.Namespace) -> int:
         raise InvalidRequestError(f"invalid --threads: must be >= 1, got {args.threads}")
     path = Catalog.load().resolve(args.model, progress=True)
     with open_gguf(path) as g:
-        config = ModelConfig.from_gguf(g)
+        # llama.cpp runs architectures the Numba backend does not know
+        config = ModelConfig.from_gguf(g, strict_arch=args.backend != "llamacpp")
     threads = args.threads or _physical_cores()
     try:
         plan = BenchPlan.make(str(Path(path).resolve()), threads, config.n_ctx_train, args.quick)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from exc
+    plan.backend, plan.n_gpu_layers = args.backend, options.get("n_gpu_layers", 0)
+    plan.flash_attn = options.get("flash_attn")
     raw = orchestrate.run_all(plan, peer, args.peer_bench)
     doc = report.build(plan, raw)
     if args.json is not None:
         report.write_json(args.json, doc)
     lcp = doc["host"].get("llama_cpp_python")
-    print(f"localinfer bench: {Path(path).name}, {threads} threads"
+    print(f"localinfer bench: {Path(path).name}, {args.backend} backend, {threads} threads"
           + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else ""))
     print(report.table(doc, plan))
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.errors import InvalidRequestError
 
 
@@ -14,7 +15,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", "-t", type=float, help="sampling temperature (0.7)")
     p.add_argument("--top-p", type=float, help="nucleus sampling (0.95)")
     p.add_argument("--max-tokens", "-n", type=int, help="longest reply in tokens (512)")
-    p.add_argument("--backend", default="numba", help="numba (default)")
+    add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
     p.add_argument("--kv-cache-mb", type=float, help="KV cache budget (default: 2 full contexts)")
@@ -47,6 +48,7 @@ def main(name: str, args: argparse.Namespace) -> int:
         conv = Conversation()
     _apply(conv, args)
     options = LoadOptions(model=args.model or conv.model or None, backend=args.backend,
+                          backend_options=backend_options(args),
                           threads=args.threads, ctx=args.ctx, kv_cache_mb=args.kv_cache_mb,
                           warmup=not args.no_warmup)
     conv.model = options.model or ""

@@ -6,15 +6,14 @@ import argparse
 import sys
 import time
 
+from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.errors import InvalidRequestError
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", nargs="?", help="the prompt ('-' or omitted: read stdin)")
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
-    p.add_argument("--backend", default="numba", help="numba (default) or llamacpp")
-    p.add_argument("--n-gpu-layers", type=int, default=0,
-                   help="llamacpp backend: layers to offload to a Metal/CUDA GPU")
+    add_backend_arguments(p)
     p.add_argument("--max-tokens", "-n", type=int, default=256)
     p.add_argument("--temperature", "-t", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -52,9 +51,12 @@ def main(name: str, args: argparse.Namespace) -> int:
     )
     llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
               kv_cache_mb=args.kv_cache_mb, progress=True,
-              backend_options={"n_gpu_layers": args.n_gpu_layers}
-              if args.backend == "llamacpp" else None)
-    if args.raw:
+              backend_options=backend_options(args))
+    if args.raw or llm.chat_template.is_fallback:
+        # a base model (no chat template in its GGUF) continues the text as written
+        if not args.raw:
+            print("note: the model has no chat template; using the prompt as plain text",
+                  file=sys.stderr)
         request: str | list[dict[str, str]] = prompt
     else:
         request = [{"role": "user", "content": prompt}]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
+from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.errors import BackendUnavailableError, InvalidRequestError, LocalInferError
 
 
@@ -20,7 +21,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="also accept this Host header (repeatable; '*' for any)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow this browser origin (repeatable; CORS is off by default)")
-    p.add_argument("--backend", default="numba")
+    add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
     p.add_argument("--kv-cache-mb", type=float, help="KV cache budget in MB")
@@ -58,6 +59,7 @@ def main(name: str, args: argparse.Namespace) -> int:
         port=args.port, api_key=args.api_key, allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         max_queue=args.max_queue, drain_timeout=args.drain_timeout, backend=args.backend,
+        backend_options=backend_options(args),
         threads=args.threads, max_model_len=args.ctx, kv_cache_mb=args.kv_cache_mb,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, warmup=not args.no_warmup,

@@ -6,7 +6,7 @@ Tokens of all scheduled sequences are laid out flat, sequence after sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -20,6 +20,10 @@ class ScheduledBatch:
     slot_mapping: list[int]  # (n_tokens,) block_id * block_size + offset where each new K/V goes
     logits_indices: list[int]  # flat token indices whose logits the step must return, in order
     block_size: int
+    # sliding-window layers' own pool (engine/sliding_window.py), empty when the model has none:
+    # per-sequence tables (-1 = a block released once it fell out of the window) and slots
+    swa_block_tables: list[list[int]] = field(default_factory=list)
+    swa_slot_mapping: list[int] = field(default_factory=list)
 
     @property
     def num_seqs(self) -> int:

@@ -44,6 +44,9 @@ class BlockManager:
         # called by free() with (seq_id, block_table, ids of those blocks still cached):
         # runners whose KV lives outside the block pool (llama.cpp) drop the rest there
         self.on_free: Callable[[int, list[int], set[int]], None] | None = None
+        # (seq, n_hits) -> how many of those prefix hits may be used: a sliding-window pool
+        # (sliding_window.py) caps them when it cannot supply the window before the hit
+        self.limit_hits: Callable[[Sequence, int], int] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -81,6 +84,8 @@ class BlockManager:
             if block.parent_hash != parent or block.token_ids != self._block_tokens(seq, i):
                 break  # hash collision: treat as a miss
             hits.append(block_id)
+        if self.limit_hits is not None:
+            hits = hits[: self.limit_hits(seq, len(hits))]
         return hits
 
     # -- allocation ------------------------------------------------------------------------

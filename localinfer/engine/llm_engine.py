@@ -27,6 +27,7 @@ from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
 from localinfer.engine.sequence import Sequence
+from localinfer.engine.sliding_window import SlidingWindowPool
 from localinfer.engine.text_stream import TextStream
 from localinfer.errors import ContextLengthExceededError, InvalidRequestError
 from localinfer.sampling_params import SamplingParams
@@ -58,6 +59,14 @@ class LLMEngine:
         )
         self.block_manager.on_free = getattr(runner, "free_sequence", None)  # optional hook
         self.scheduler = Scheduler(config, self.block_manager, tokenizer.eog_ids)
+        # sliding-window layers (gemma3): their own pool, blocks freed as they leave the window
+        self.sliding: SlidingWindowPool | None = None
+        window = getattr(runner, "sliding_window", 0)
+        if window:
+            self.sliding = SlidingWindowPool(getattr(runner, "num_swa_blocks", config.num_blocks),
+                                             config.block_size, window)
+            self.scheduler.sliding = self.sliding
+            self.block_manager.limit_hits = self.sliding.limit_hits
         self.sampler = Sampler()
         self.streams: dict[int, TextStream] = {}
         self._seq_ids = itertools.count()
@@ -123,7 +132,9 @@ class LLMEngine:
             return outputs
         logits = self.runner.execute(batch)
         sample_seqs, sample_rows = self._collect_logits(batch, logits)
-        rows = logits[sample_rows]
+        # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
+        all_rows = sample_rows == list(range(len(logits)))
+        rows = logits if all_rows else logits[sample_rows]
         tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
         logprobs = {

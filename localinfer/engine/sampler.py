@@ -99,20 +99,26 @@ def make_generator(params: SamplingParams) -> np.random.Generator:
     return np.random.default_rng(None if params.seed is None else params.seed % 2**64)
 
 
+def has_penalty(p: SamplingParams) -> bool:
+    return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
+
+
 class Sampler:
     def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
         """logits: (n_seqs, n_vocab) float32, row i for seqs[i]. Returns one token each."""
+        if seqs and all(s.sampling_params.greedy and not has_penalty(s.sampling_params)
+                        for s in seqs):
+            # a batch of plain greedy decodes: one argmax over the block, not one per row
+            return np.argmax(logits[: len(seqs)], axis=1).tolist()
         return [self.sample_one(logits[i], seq) for i, seq in enumerate(seqs)]
 
     def sample_one(self, row: np.ndarray, seq: Sequence) -> int:
         p = seq.sampling_params
-        has_penalty = (
-            p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
-        )
-        if p.greedy and not has_penalty:
+        penalized = has_penalty(p)
+        if p.greedy and not penalized:
             return greedy(row)
         x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
-        if has_penalty:
+        if penalized:
             x = apply_penalties(x, recent_tokens(seq, p.penalty_last_n), p)
         if p.greedy:
             return greedy(x)

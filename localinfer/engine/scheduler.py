@@ -17,6 +17,7 @@ from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.sequence import Sequence, SequenceStatus
+from localinfer.engine.sliding_window import SlidingWindowPool
 
 
 class Scheduler:
@@ -36,6 +37,8 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the newest is last
         self.seqs: dict[int, Sequence] = {}  # every unfinished sequence by id
         self.num_preemptions = 0
+        # the sliding-window layers' own KV pool, when the model has such layers (LLMEngine)
+        self.sliding: SlidingWindowPool | None = None
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -100,6 +103,8 @@ class Scheduler:
         has (prompt and generated tokens) is recomputed when it is admitted again."""
         self.running.remove(seq)
         self.block_manager.free(seq)
+        if self.sliding is not None:
+            self.sliding.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         seq.prompt_logits_rows.clear()
@@ -121,6 +126,11 @@ class Scheduler:
             batch.seq_starts.append(flat0 + n)
             batch.context_lens.append(end)
             batch.block_tables.append(list(table))
+            if self.sliding is not None:
+                swa = self.sliding.ensure(seq, end)
+                batch.swa_block_tables.append(list(swa))
+                batch.swa_slot_mapping.extend(swa[p // bs] * bs + p % bs
+                                              for p in range(start, end))
             if seq.prompt_logits and start < seq.num_prompt_tokens:
                 last = min(end, seq.num_prompt_tokens)
                 batch.logits_indices.extend(range(flat0, flat0 + last - start))
@@ -141,6 +151,8 @@ class Scheduler:
                 continue  # aborted while the step ran
             seq.num_computed_tokens = batch.context_lens[i]
             self.block_manager.cache_computed_blocks(seq)
+            if self.sliding is not None:
+                self.sliding.release_out_of_window(seq)
             token = sampled.get(seq_id)
             if token is None:
                 continue
@@ -168,6 +180,8 @@ class Scheduler:
         if seq.status is SequenceStatus.RUNNING:
             self.running.remove(seq)
             self.block_manager.free(seq)
+            if self.sliding is not None:
+                self.sliding.free(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
         seq.status = status

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Any
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 DEFAULT_MAX_BODY_BYTES = 8 << 20
@@ -22,6 +23,7 @@ class ServerConfig:
     max_queue: int | None = None  # waiting requests before 429
     drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may finish
     backend: str = "numba"
+    backend_options: dict[str, Any] | None = None  # runner keywords, e.g. n_gpu_layers
     threads: int | None = None
     max_model_len: int | None = None
     kv_cache_mb: float | None = None

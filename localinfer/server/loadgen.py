@@ -138,6 +138,8 @@ async def run_once(args: argparse.Namespace, concurrency: int, model: str | None
             body["model"] = model
         if not args.no_ignore_eos:
             body["ignore_eos"] = True
+        # fields a particular server needs (serve_peers: llama-cpp-python's logit_bias)
+        body.update(getattr(args, "extra_body", None) or {})
         bodies.append(body)
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 4)

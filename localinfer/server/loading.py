@@ -31,7 +31,8 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
                   max_model_len=cfg.max_model_len, kv_cache_mb=cfg.kv_cache_mb,
                   max_num_seqs=cfg.max_num_seqs,
                   max_num_batched_tokens=cfg.max_num_batched_tokens,
-                  enable_prefix_caching=cfg.enable_prefix_caching)
+                  enable_prefix_caching=cfg.enable_prefix_caching,
+                  backend_options=cfg.backend_options)
         state.llm = llm
         state.model_path = llm.path
         loop = EngineLoop(llm.engine, max_queue=cfg.max_queue).start()

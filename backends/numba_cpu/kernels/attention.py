@@ -27,17 +27,20 @@ def write_kv(qkv, k_col, v_col, n_kv_heads, head_dim, slot_mapping, block_size, 
 
 @njit(cache=True, nogil=True, parallel=True, fastmath=True)
 def attention(qkv, n_heads, n_kv_heads, head_dim, positions, token_seq, block_tables,
-              block_size, k_pool, v_pool, scale, out):
+              block_size, k_pool, v_pool, scale, out, window=0):
     """qkv (n_tokens, (n_heads + 2 n_kv) * head_dim) with RoPE applied -> out (n_tokens,
     n_heads * head_dim).  One work item per (token, kv head): the query heads of a GQA group
     share each K/V row load.  Each item's arithmetic is independent of the rest of the batch
-    (fastmath only reorders sums inside one item, identically for every item)."""
+    (fastmath only reorders sums inside one item, identically for every item).
+    window > 0: sliding-window attention, a token at p sees keys p - window + 1 .. p only (the
+    blocks before them are never read, so a sliding pool may have released them)."""
     n_tokens = qkv.shape[0]
     group = n_heads // n_kv_heads
     for item in prange(n_tokens * n_kv_heads):
         i = item // n_kv_heads
         g = item % n_kv_heads
         n_ctx = positions[i] + 1
+        lo = max(0, n_ctx - window) if window > 0 else 0  # first visible key (sliding window)
         table = block_tables[token_seq[i]]
         scores = np.empty((group, n_ctx), np.float32)  # (group, n_ctx)
         bits = np.empty(head_dim, np.uint32)
@@ -50,7 +53,7 @@ def attention(qkv, n_heads, n_kv_heads, head_dim, positions, token_seq, block_ta
         for h in range(group):
             for j in range(head_dim):
                 qh[h, j] = round_f16(qkv[i, q0 + h * head_dim + j])
-        for p in range(n_ctx):
+        for p in range(lo, n_ctx):
             f16_row_to_f32(k_pool[table[p // block_size], p % block_size, g], bits, row)
             for h in range(group):
                 s = np.float32(0.0)
@@ -58,18 +61,18 @@ def attention(qkv, n_heads, n_kv_heads, head_dim, positions, token_seq, block_ta
                     s += qh[h, j] * row[j]
                 scores[h, p] = s * scale
         for h in range(group):
-            mx = scores[h, 0]
-            for p in range(1, n_ctx):
+            mx = scores[h, lo]
+            for p in range(lo + 1, n_ctx):
                 mx = max(mx, scores[h, p])
             total = 0.0  # float64, as ggml's softmax
-            for p in range(n_ctx):
+            for p in range(lo, n_ctx):
                 e = np.exp(scores[h, p] - mx)
                 scores[h, p] = e
                 total += e
             inv = np.float32(1.0 / total)
-            for p in range(n_ctx):
+            for p in range(lo, n_ctx):
                 scores[h, p] = round_f16(scores[h, p] * inv)
-        for p in range(n_ctx):
+        for p in range(lo, n_ctx):
             f16_row_to_f32(v_pool[table[p // block_size], p % block_size, g], bits, row)
             for h in range(group):
                 w = scores[h, p]

@@ -5,9 +5,12 @@ Pool layout of one layer on this path (block_size and head_dim multiples of 16):
        dimension at 16 consecutive positions, so 16 scores build up with no horizontal sums
     V: (n_blocks, n_kv_heads, block_size, head_dim)  a position's values, 16 dims per vector
 Numerics follow kernels/attention.py (and llama.cpp): Q and the probabilities are rounded to
-f16 before they meet f16 K and V.  One work item per (token, kv head); the query heads of the
-GQA group reuse each K/V block while it is in L1.  Each item's arithmetic depends only on its
-own token and context, never on the rest of the batch.
+f16 before they meet f16 K and V.  Work items are (token, kv head); the query heads of the GQA
+group reuse each K/V block while it is in L1.  Keys go in chunks (kernels/attention_split.py):
+with many items each thread takes whole items; with few items and long contexts (single-stream
+decode: SmolLM2 has 3 kv heads for 2 threads) the threads share the chunks of each item
+(flash-decoding) and one merge follows.  Either way an item's result depends only on its own
+token and context, never on the rest of the batch.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..simd.avx512 import (
     vzero_f32,
 )
 from ..simd.vexp import vexp
+from .attention_split import SPLIT_ITEMS, chunk_span, merge, plan_chunks, slot
 
 V = 16  # lanes
 
@@ -54,44 +58,116 @@ def write_kv_avx512(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_po
 
 @njit(cache=True, nogil=True, parallel=True)
 def attention_avx512(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                     block_size, k_pool, v_pool, scale, scratch, out):
+                     block_size, k_pool, v_pool, scale, scratch, out, window=0):
     """qkv (n_tokens, (n_heads + 2 n_kv) head_dim), RoPE applied -> out (n_tokens,
-    n_heads head_dim).  scratch (threads, group, 2 head_dim + max_ctx): per-thread memory
-    (allocating inside a parallel loop costs about a millisecond per call)."""
+    n_heads head_dim).  scratch (threads, group, width >= 3 head_dim + 4 + block_size):
+    per-thread memory laid out as attention_split.py says (allocating inside a parallel loop
+    costs about a millisecond per call).
+    window > 0: sliding-window attention, a token at p sees keys p - window + 1 .. p only;
+    blocks wholly before them are never read (a sliding pool may have released them)."""
     n_tokens = qkv.shape[0]
     n_threads = scratch.shape[0]
     n_items = n_tokens * n_kv
+    chunk, tail, per_thread = plan_chunks(scratch.shape[2], head_dim, block_size, n_threads)
+    hd = head_dim
+    if n_items < SPLIT_ITEMS * n_threads:
+        # -- few items: count their chunks; split them over threads if slots hold them all
+        starts = np.empty(n_items + 1, np.int64)
+        units = 0
+        for item in range(n_items):
+            starts[item] = units
+            k0, k1 = chunk_span(positions[item // n_kv], window, chunk)
+            units += k1 - k0 + 1
+        starts[n_items] = units
+        if n_items < units <= per_thread * n_threads:
+            per = (units + n_threads - 1) // n_threads
+            for part in prange(n_threads):
+                item = 0
+                for u in range(part * per, min(units, (part + 1) * per)):
+                    while starts[item + 1] <= u:
+                        item += 1
+                    i, g = item // n_kv, item % n_kv
+                    k0, _ = chunk_span(positions[i], window, chunk)
+                    qh = scratch[part, :, :hd]
+                    _round_q(qkv[i], g * (n_heads // n_kv) * hd, hd, qh)
+                    _chunk(i, g, k0 + u - starts[item], chunk, n_heads, n_kv, hd, positions,
+                           token_seq, block_tables, block_size, k_pool, v_pool, scale, window,
+                           qh, scratch[part, :, 2 * hd + 2:2 * hd + 2 + chunk],
+                           slot(scratch, u, tail, hd, per_thread))
+            for item in range(n_items):  # merge in chunk order, on this thread
+                state = slot(scratch, starts[item], tail, hd, per_thread)
+                for u in range(starts[item] + 1, starts[item + 1]):
+                    merge(state, slot(scratch, u, tail, hd, per_thread), hd)
+                _emit(out, item // n_kv, (item % n_kv) * (n_heads // n_kv) * hd, hd, state)
+            return
     per = (n_items + n_threads - 1) // n_threads
     for part in prange(n_threads):  # static split: part p owns scratch p
         for item in range(part * per, min(n_items, (part + 1) * per)):
-            _attend_item(item, qkv, n_heads, n_kv, head_dim, positions, token_seq,
-                         block_tables, block_size, k_pool, v_pool, scale, out,
-                         scratch[part, :, :head_dim],  # Q rounded to f16
-                         scratch[part, :, 2 * head_dim:],  # scores, then probabilities
-                         scratch[part, :, head_dim:2 * head_dim])  # output accumulator
+            _attend_item(item, chunk, qkv, n_heads, n_kv, hd, positions, token_seq,
+                         block_tables, block_size, k_pool, v_pool, scale, window, out,
+                         scratch[part, :, :hd],  # Q rounded to f16
+                         scratch[part, :, hd:2 * hd + 2],  # one chunk's (o, m, l)
+                         scratch[part, :, 2 * hd + 2:2 * hd + 2 + chunk],  # scores
+                         scratch[part, :, tail - hd - 2:tail])  # merged (o, m, l)
 
 
 @njit(nogil=True)
-def _attend_item(item, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                 block_size, k_pool, v_pool, scale, out, qh, scores, acc):
-    """Token item // n_kv, kv head item % n_kv; qh, scores, acc: this thread's scratch."""
-    group = n_heads // n_kv
+def _round_q(row, q0, head_dim, qh):
+    """The group's query heads (columns q0.. of a qkv row), rounded to f16 -> qh."""
+    for h in range(qh.shape[0]):
+        for c in range(0, head_dim, V):
+            vstore_f32(qh[h], c, vround_f16(vload_f32(row, q0 + h * head_dim + c)))
+
+
+@njit(nogil=True)
+def _emit(out, i, q0, head_dim, state):
+    for h in range(state.shape[0]):
+        for c in range(0, head_dim, V):
+            vstore_f32(out[i], q0 + h * head_dim + c, vload_f32(state[h], c))
+
+
+@njit(nogil=True)
+def _attend_item(item, chunk, qkv, n_heads, n_kv, head_dim, positions, token_seq,
+                 block_tables, block_size, k_pool, v_pool, scale, window, out, qh, part,
+                 scores, state):
+    """Token item // n_kv, kv head item % n_kv, all its chunks on this thread."""
     i = item // n_kv
     g = item % n_kv
+    q0 = g * (n_heads // n_kv) * head_dim
+    _round_q(qkv[i], q0, head_dim, qh)
+    k0, k1 = chunk_span(positions[i], window, chunk)
+    _chunk(i, g, k0, chunk, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+           block_size, k_pool, v_pool, scale, window, qh, scores, state)
+    for k in range(k0 + 1, k1 + 1):
+        _chunk(i, g, k, chunk, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+               block_size, k_pool, v_pool, scale, window, qh, scores, part)
+        merge(state, part, head_dim)
+    _emit(out, i, q0, head_dim, state)
+
+
+@njit(nogil=True)
+def _chunk(i, g, k, chunk, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+           block_size, k_pool, v_pool, scale, window, qh, scores, res):
+    """Token i, kv head g, its visible keys in chunk k -> res (group, head_dim + 2):
+    (o, m, l) per query head (attention_split.py).  qh: the group's Q rounded to f16;
+    scores (group, >= chunk): this thread's memory."""
+    group = n_heads // n_kv
     n_ctx = positions[i] + 1
-    n_blk = (n_ctx + block_size - 1) // block_size
+    lo = max(0, n_ctx - window) if window > 0 else 0  # first visible key (sliding window)
+    c0 = k * chunk
+    c1 = min(c0 + chunk, n_ctx)
+    start = max(c0, lo)
+    b_lo = start // block_size
+    b_hi = (c1 + block_size - 1) // block_size
+    s_lo = b_lo * block_size - c0  # first score read (block_size is a multiple of V)
     table = block_tables[token_seq[i]]
-    q0 = g * group * head_dim
-    acc[:] = 0.0
-    for h in range(group):
-        for c in range(0, head_dim, V):
-            vstore_f32(qh[h], c, vround_f16(vload_f32(qkv[i], q0 + h * head_dim + c)))
-    # scores (group, n_ctx) = Q K^T * scale, 16 positions per vector; heads go four at a time
+    acc = res[:, :head_dim]  # every column written by the P V loop below
+    # scores (group, chunk) = Q K^T * scale, 16 positions per vector; heads go four at a time
     # through one K load each (a head index past the group repeats the last head: computed,
     # never stored), which also gives four independent add chains
-    for b in range(n_blk):
+    for b in range(b_lo, b_hi):
         kb = k_pool[table[b], g]  # (head_dim, block_size)
-        for c in range(0, min(block_size, n_ctx - b * block_size), V):
+        for c in range(0, min(block_size, c1 - b * block_size), V):
             for h0 in range(0, group, 4):
                 h1 = min(h0 + 1, group - 1)
                 h2 = min(h0 + 2, group - 1)
@@ -101,58 +177,108 @@ def _attend_item(item, qkv, n_heads, n_kv, head_dim, positions, token_seq, block
                 s2 = vzero_f32()
                 s3 = vzero_f32()
                 for j in range(head_dim):
-                    k = vload_f16(kb[j], c)
-                    s0 = vadd(s0, vmul(vsplat_f32(qh[h0, j]), k))
-                    s1 = vadd(s1, vmul(vsplat_f32(qh[h1, j]), k))
-                    s2 = vadd(s2, vmul(vsplat_f32(qh[h2, j]), k))
-                    s3 = vadd(s3, vmul(vsplat_f32(qh[h3, j]), k))
-                o = b * block_size + c
+                    kv = vload_f16(kb[j], c)
+                    s0 = vadd(s0, vmul(vsplat_f32(qh[h0, j]), kv))
+                    s1 = vadd(s1, vmul(vsplat_f32(qh[h1, j]), kv))
+                    s2 = vadd(s2, vmul(vsplat_f32(qh[h2, j]), kv))
+                    s3 = vadd(s3, vmul(vsplat_f32(qh[h3, j]), kv))
+                o = b * block_size - c0 + c
                 vstore_f32(scores[h3], o, vmul(s3, vsplat_f32(scale)))
                 vstore_f32(scores[h2], o, vmul(s2, vsplat_f32(scale)))
                 vstore_f32(scores[h1], o, vmul(s1, vsplat_f32(scale)))
                 vstore_f32(scores[h0], o, vmul(s0, vsplat_f32(scale)))
-    n_vec = (n_ctx + V - 1) // V
+    n_used = c1 - c0
+    n_vec = (n_used + V - 1) // V
+    v_lo = s_lo // V
     for h in range(group):
         sh = scores[h]
-        for p in range(n_ctx, n_vec * V):
+        for p in range(n_used, n_vec * V):
             sh[p] = -np.inf  # lanes past the context: exp gives ~1e-38, which vanishes
-            # in the sum and rounds to 0 in f16 (and V rows past n_ctx are never read)
-        mx = vload_f32(sh, 0)
-        for c in range(1, n_vec):
+            # in the sum and rounds to 0 in f16 (and V rows past the context are never read)
+        for p in range(s_lo, start - c0):
+            sh[p] = -np.inf  # keys before the sliding window
+        mx = vload_f32(sh, v_lo * V)
+        for c in range(v_lo + 1, n_vec):
             mx = vmax(mx, vload_f32(sh, c * V))
-        m = vsplat_f32(vhmax(mx))
+        m = vhmax(mx)
+        mv = vsplat_f32(m)
         total = vzero_f32()
-        for c in range(n_vec):
-            e = vexp(vsub(vload_f32(sh, c * V), m))
+        for c in range(v_lo, n_vec):
+            e = vexp(vsub(vload_f32(sh, c * V), mv))
             vstore_f32(sh, c * V, e)
             total = vadd(total, e)
-        inv = vsplat_f32(np.float32(1.0) / vhsum(total))
-        for c in range(n_vec):
+        lsum = vhsum(total)
+        inv = vsplat_f32(np.float32(1.0) / lsum)
+        for c in range(v_lo, n_vec):
             vstore_f32(sh, c * V, vround_f16(vmul(vload_f32(sh, c * V), inv)))
-    # out (group, head_dim) = P V, again four heads per V load
-    for b in range(n_blk):
-        vb = v_pool[table[b], g]  # (block_size, head_dim)
-        n_here = min(block_size, n_ctx - b * block_size)
-        p0 = b * block_size
-        for h0 in range(0, group, 4):
-            h1 = min(h0 + 1, group - 1)
-            h2 = min(h0 + 2, group - 1)
-            h3 = min(h0 + 3, group - 1)
-            for c in range(0, head_dim, V):
-                a0 = vload_f32(acc[h0], c)
-                a1 = vload_f32(acc[h1], c)
-                a2 = vload_f32(acc[h2], c)
-                a3 = vload_f32(acc[h3], c)
-                for p in range(n_here):
-                    v = vload_f16(vb[p], c)
-                    a0 = vadd(a0, vmul(vsplat_f32(scores[h0, p0 + p]), v))
-                    a1 = vadd(a1, vmul(vsplat_f32(scores[h1, p0 + p]), v))
-                    a2 = vadd(a2, vmul(vsplat_f32(scores[h2, p0 + p]), v))
-                    a3 = vadd(a3, vmul(vsplat_f32(scores[h3, p0 + p]), v))
-                vstore_f32(acc[h3], c, a3)
-                vstore_f32(acc[h2], c, a2)
-                vstore_f32(acc[h1], c, a1)
-                vstore_f32(acc[h0], c, a0)
-    for h in range(group):
-        for c in range(0, head_dim, V):
-            vstore_f32(out[i], q0 + h * head_dim + c, vload_f32(acc[h], c))
+        res[h, head_dim] = m
+        res[h, head_dim + 1] = lsum
+    # acc (group, head_dim) = P V: four heads x four 16-dim slices in registers while the
+    # chunk's V rows stream past (each lane still adds its products in position order); a head
+    # or slice index past the end repeats the last one: computed, stored first, overwritten
+    for h0 in range(0, group, 4):
+        h1 = min(h0 + 1, group - 1)
+        h2 = min(h0 + 2, group - 1)
+        h3 = min(h0 + 3, group - 1)
+        for d0 in range(0, head_dim, 4 * V):
+            d1 = min(d0 + V, head_dim - V)
+            d2 = min(d0 + 2 * V, head_dim - V)
+            d3 = min(d0 + 3 * V, head_dim - V)
+            a00 = vzero_f32()
+            a01 = vzero_f32()
+            a02 = vzero_f32()
+            a03 = vzero_f32()
+            a10 = vzero_f32()
+            a11 = vzero_f32()
+            a12 = vzero_f32()
+            a13 = vzero_f32()
+            a20 = vzero_f32()
+            a21 = vzero_f32()
+            a22 = vzero_f32()
+            a23 = vzero_f32()
+            a30 = vzero_f32()
+            a31 = vzero_f32()
+            a32 = vzero_f32()
+            a33 = vzero_f32()
+            for b in range(b_lo, b_hi):
+                vb = v_pool[table[b], g]  # (block_size, head_dim)
+                p0 = b * block_size - c0
+                for p in range(min(block_size, c1 - b * block_size)):
+                    v0 = vload_f16(vb[p], d0)
+                    v1 = vload_f16(vb[p], d1)
+                    v2 = vload_f16(vb[p], d2)
+                    v3 = vload_f16(vb[p], d3)
+                    s = vsplat_f32(scores[h0, p0 + p])
+                    a00 = vadd(a00, vmul(s, v0))
+                    a01 = vadd(a01, vmul(s, v1))
+                    a02 = vadd(a02, vmul(s, v2))
+                    a03 = vadd(a03, vmul(s, v3))
+                    s = vsplat_f32(scores[h1, p0 + p])
+                    a10 = vadd(a10, vmul(s, v0))
+                    a11 = vadd(a11, vmul(s, v1))
+                    a12 = vadd(a12, vmul(s, v2))
+                    a13 = vadd(a13, vmul(s, v3))
+                    s = vsplat_f32(scores[h2, p0 + p])
+                    a20 = vadd(a20, vmul(s, v0))
+                    a21 = vadd(a21, vmul(s, v1))
+                    a22 = vadd(a22, vmul(s, v2))
+                    a23 = vadd(a23, vmul(s, v3))
+                    s = vsplat_f32(scores[h3, p0 + p])
+                    a30 = vadd(a30, vmul(s, v0))
+                    a31 = vadd(a31, vmul(s, v1))
+                    a32 = vadd(a32, vmul(s, v2))
+                    a33 = vadd(a33, vmul(s, v3))
+            _store4(acc[h3], d0, d1, d2, d3, a30, a31, a32, a33)
+            _store4(acc[h2], d0, d1, d2, d3, a20, a21, a22, a23)
+            _store4(acc[h1], d0, d1, d2, d3, a10, a11, a12, a13)
+            _store4(acc[h0], d0, d1, d2, d3, a00, a01, a02, a03)
+
+
+@njit(nogil=True)
+def _store4(row, d0, d1, d2, d3, a0, a1, a2, a3):
+    """Four 16-dim slices of one head's output, the last first (a repeated slice keeps the
+    value of its first index)."""
+    vstore_f32(row, d3, a3)
+    vstore_f32(row, d2, a2)
+    vstore_f32(row, d1, a1)
+    vstore_f32(row, d0, a0)

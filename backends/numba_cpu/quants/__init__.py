@@ -13,11 +13,14 @@ import numpy as np
 
 from localinfer.errors import UnsupportedModelError
 
-from .floats import unpack_f16, unpack_f32
+from .floats import unpack_bf16, unpack_f16, unpack_f32
+from .iq4 import unpack_iq4_nl, unpack_iq4_xs
+from .kquants import unpack_q3_k, unpack_q4_k, unpack_q5_k
 from .packed import KIND_F32, KIND_Q4, KIND_Q8, QBLOCK, Packed, concat_rows
 from .q4 import unpack_q4_0, unpack_q4_1
+from .q5 import unpack_q5_0, unpack_q5_1
 from .q8 import unpack_q8_0
-from .requant import unpack_q4_k, unpack_q5_0, unpack_q6_k
+from .requant import unpack_q2_k, unpack_q6_k
 
 __all__ = ["FORMATS", "KIND_F32", "KIND_Q4", "KIND_Q8", "QBLOCK", "Packed", "concat_rows",
            "format_for", "unpack_tensor"]
@@ -31,16 +34,25 @@ class WeightFormat:
     unpack: Callable[[np.ndarray, int, int], Packed]
 
 
-# ggml type id -> format (ids from ggml.h / gguf.GGMLQuantizationType)
+# ggml type id -> format (ids from ggml.h / gguf.GGMLQuantizationType).  Every mapping is exact
+# except: Q4_K, Q5_K and IQ4_XS round their per-32 scales to f16 (kquants.py, iq4.py), and
+# Q2_K and Q6_K are requantized to 8 bits (requant.py).
 FORMATS: dict[int, WeightFormat] = {
     0: WeightFormat("F32", 1, 4, unpack_f32),
     1: WeightFormat("F16", 1, 2, unpack_f16),
+    30: WeightFormat("BF16", 1, 2, unpack_bf16),
     2: WeightFormat("Q4_0", 32, 18, unpack_q4_0),
     3: WeightFormat("Q4_1", 32, 20, unpack_q4_1),
-    6: WeightFormat("Q5_0", 32, 22, unpack_q5_0),  # requantized to 8 bits (requant.py)
+    6: WeightFormat("Q5_0", 32, 22, unpack_q5_0),
+    7: WeightFormat("Q5_1", 32, 24, unpack_q5_1),
     8: WeightFormat("Q8_0", 32, 34, unpack_q8_0),
+    10: WeightFormat("Q2_K", 256, 84, unpack_q2_k),
+    11: WeightFormat("Q3_K", 256, 110, unpack_q3_k),
     12: WeightFormat("Q4_K", 256, 144, unpack_q4_k),
+    13: WeightFormat("Q5_K", 256, 176, unpack_q5_k),
     14: WeightFormat("Q6_K", 256, 210, unpack_q6_k),
+    20: WeightFormat("IQ4_NL", 32, 18, unpack_iq4_nl),
+    23: WeightFormat("IQ4_XS", 256, 136, unpack_iq4_xs),
 }
 
 

@@ -1,0 +1,78 @@
+"""project_q8k: dispatch.project for weights that came from K-quants, with q8_K activations.
+
+Same weight stacks and matmul kernels as dispatch.project; only the activation quantization
+differs (kernels/quantize_q8k.py), as llama.cpp's does for those weight types.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+from numba.extending import overload
+
+from .dispatch import project
+from .isa import IsaType
+from .kernels.matmul import matmul_f32, matmul_q4, matmul_q8
+from .kernels.matmul_avx2 import matmul_tiles_avx2
+from .kernels.matmul_avx512 import matmul_tiles
+from .kernels.quantize_q8k import quantize_rows_q8k
+from .quants.packed import KIND_F32, KIND_Q4
+
+
+def project_q8k(isa, ws, layer, x, qbuf, out):
+    """out (n_tokens, rows) = x (n_tokens, cols) @ W[layer].T, x quantized in q8_K blocks
+    (cols a multiple of 256)."""
+
+
+@overload(project_q8k, jit_options={"nogil": True})
+def _project_q8k(isa, ws, layer, x, qbuf, out):
+    if not isinstance(isa, IsaType):
+        return None
+    if isa.isa == "generic":
+        def generic(isa, ws, layer, x, qbuf, out):
+            kind, nib, q, d, m, zero, w = ws
+            if kind == KIND_F32:
+                matmul_f32(w[layer], x, out)
+                return
+            n_tokens, cols = x.shape
+            nb = cols // 32
+            xq = qbuf[0][:n_tokens, :cols]
+            xd = qbuf[1][:n_tokens, :nb]
+            xi = qbuf[2][:n_tokens, :nb]
+            xs = qbuf[3][:n_tokens, :nb]
+            quantize_rows_q8k(x, xq, xd, xi, xs)
+            if kind == KIND_Q4:
+                matmul_q4(nib[layer], d[layer], m[layer], zero[layer], xq, xd, xi, xs, out)
+            else:
+                matmul_q8(q[layer], d[layer], m[layer], xq, xd, xs, out)
+        return generic
+
+    avx2 = isa.isa == "avx2"  # the same tiles, read as 8-row halves (matmul_avx2.py)
+
+    def tiled(isa, ws, layer, x, qbuf, out):
+        kind, zero, w, d, m, wf = ws
+        if kind == KIND_F32:
+            matmul_f32(wf[layer], x, out)
+            return
+        n_tokens, cols = x.shape
+        nb = cols // 32
+        xq = qbuf[0][:n_tokens]
+        xd = qbuf[1][:n_tokens, :nb]
+        xi = qbuf[2][:n_tokens, :nb]
+        xs = qbuf[3][:n_tokens, :nb]
+        quantize_rows_q8k(x, xq[:, :cols], xd, xi, xs)
+        if avx2:
+            matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
+                              xq, xd, xi, xs, out)
+            return
+        matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
+                     out)
+    return tiled
+
+
+@njit(nogil=True)
+def project_as(isa, ws, layer, x, qbuf, out, q8k):
+    """project, or project_q8k where the role's weights are K-quants (LlamaWeights.q8k)."""
+    if q8k:
+        project_q8k(isa, ws, layer, x, qbuf, out)
+    else:
+        project(isa, ws, layer, x, qbuf, out)
