@@ -115,9 +115,8 @@ class LLM:
                 kv_cache_mb=kv_cache_mb,
                 enable_prefix_caching=enable_prefix_caching,
             )
-            num_blocks = self.engine_config.resolve_num_blocks(
-                runner_cls.kv_bytes_per_token(self.config)
-            )
+            options = dict(backend_options or {})
+            num_blocks = self._size_kv_pools(runner_cls, options)
             runner = runner_cls(
                 self.gguf,
                 self.config,
@@ -125,7 +124,7 @@ class LLM:
                 block_size=block_size,
                 threads=threads,
                 progress=progress,
-                **(backend_options or {}),
+                **options,
             )
         except BaseException:
             self.gguf.close()
@@ -133,6 +132,22 @@ class LLM:
         self.backend = backend
         self.engine = LLMEngine(runner, self.tokenizer, self.engine_config)
         self._lock = threading.Lock()  # one caller drives the engine at a time
+
+    def _size_kv_pools(self, runner_cls: Any, options: dict[str, Any]) -> int:
+        """Main KV pool blocks; for a runner with a sliding-window pool (gemma3's local
+        layers, engine/sliding_window.py) also its size, in options["num_swa_blocks"]."""
+        config, per_token = self.config, runner_cls.kv_bytes_per_token(self.config)
+        n_sliding = sum(config.swa_layers) if config.sliding_window > 0 else 0
+        if not (n_sliding and getattr(runner_cls, "sliding_window_pool", False)):
+            return self.engine_config.resolve_num_blocks(per_token)
+        from localinfer.engine.sliding_window import size_kv_pools
+
+        per_layer = per_token // config.n_layers
+        num_blocks, num_swa = size_kv_pools(
+            self.engine_config, config.sliding_window,
+            per_layer * (config.n_layers - n_sliding), per_layer * n_sliding)
+        options.setdefault("num_swa_blocks", num_swa)  # an explicit size wins
+        return num_blocks
 
     # -- prompts -----------------------------------------------------------------------------
 

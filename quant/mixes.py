@@ -24,7 +24,7 @@ FTYPES: dict[str, tuple[int, T]] = {
 }
 ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
 _FLOAT_TYPES = (T.F32, T.F16, T.BF16)
-# Q2_K_S needs an importance matrix in llama.cpp; we have none yet.
+# mixes llama.cpp quantizes only with an importance matrix (--imatrix)
 NEEDS_IMATRIX = {"Q2_K_S"}
 
 _NEVER = ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",

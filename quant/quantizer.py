@@ -50,13 +50,16 @@ class QuantizeReport:
         return sum(t[4] for t in self.tensors)
 
 
-def resolve_ftype(name: str) -> str:
+def resolve_ftype(name: str, has_imatrix: bool | None = None) -> str:
+    """The mix name for a --type; has_imatrix False refuses the mixes that need one (None:
+    not known yet, so only the name is checked)."""
     key = ALIASES.get(name.upper(), name.upper())
     if key not in FTYPES:
         choices = ", ".join([*FTYPES, *ALIASES])
         raise InvalidRequestError(f"unknown quantization type {name!r} (choose from {choices})")
-    if key in NEEDS_IMATRIX:
-        raise InvalidRequestError(f"{key} needs an importance matrix, which is not supported yet")
+    if key in NEEDS_IMATRIX and has_imatrix is False:
+        raise InvalidRequestError(f"{key} needs an importance matrix (--imatrix FILE, made by "
+                                  "`localinfer imatrix`)")
     return key
 
 
@@ -122,7 +125,7 @@ def _validator(specs: list[TensorSpec], n_kv: int) -> Callable[[Path], None]:
 def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: bool = False,
                   imatrix: str | Path | None = None, progress: bool | None = None,
                   warn: Callable[[str], None] | None = None) -> QuantizeReport:
-    ftype = resolve_ftype(type_name)
+    ftype = resolve_ftype(type_name, imatrix is not None)
     qweights = _load_imatrix(imatrix) if imatrix is not None else None
     src, dst = Path(src), Path(dst)
     warn = warn or (lambda msg: print(f"localinfer: warning: {msg}", file=sys.stderr))
@@ -138,7 +141,7 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, *, pure: boo
         names = llama_order(list(g.tensors))
         specs = [TensorSpec(n, g.tensors[n].shape, targets[n]) for n in names]
         if qweights is not None:
-            _check_imatrix(g, specs, qweights)
+            _check_imatrix(g, specs, qweights, ftype)
         report = QuantizeReport(ftype, fallbacks=st.n_fallback)
         quantized_in = [n for n in names if g.tensors[n].ggml_type not in (T.F32, T.F16, T.BF16)
                         and targets[n] != g.tensors[n].ggml_type]
@@ -180,7 +183,8 @@ def _tensor_weights(qweights: dict[str, np.ndarray] | None, info: TensorInfo,
     return np.ascontiguousarray(qw, dtype=np.float32)
 
 
-def _check_imatrix(g: GGUFFile, specs: list[TensorSpec], qweights: dict[str, np.ndarray]) -> None:
+def _check_imatrix(g: GGUFFile, specs: list[TensorSpec], qweights: dict[str, np.ndarray],
+                   ftype: str) -> None:
     for spec in specs:
         qw = qweights.get(spec.name)
         if qw is not None and qw.size != g.tensors[spec.name].shape[0] \
@@ -188,11 +192,12 @@ def _check_imatrix(g: GGUFFile, specs: list[TensorSpec], qweights: dict[str, np.
             raise InvalidRequestError(
                 f"imatrix size {qw.size} is different from tensor size "
                 f"{g.tensors[spec.name].shape[0]} for {spec.name} (an imatrix of another model?)")
-        if qw is not None and spec.ggml_type in (T.Q2_K, T.Q3_K) \
-                and spec.ggml_type != g.tensors[spec.name].ggml_type:
-            raise InvalidRequestError(
-                f"{spec.name} would be {T(spec.ggml_type).name}: importance-weighted "
-                "Q2_K/Q3_K are not implemented yet (use Q4_K_M or higher with --imatrix)")
+        # llama.cpp's tensor_requires_imatrix: Q2_K_S's Q2_K tensors (not the embeddings/output)
+        if qw is None and ftype in NEEDS_IMATRIX and spec.ggml_type == T.Q2_K \
+                and spec.ggml_type != g.tensors[spec.name].ggml_type \
+                and spec.name not in ("token_embd.weight", "output.weight"):
+            raise InvalidRequestError(f"the imatrix has no entry for {spec.name}, which "
+                                      f"{ftype} quantizes to Q2_K (too lossy without one)")
 
 
 def _write_tensor(g: GGUFFile, info: TensorInfo, spec: TensorSpec, writer: GGUFStreamWriter,

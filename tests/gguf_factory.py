@@ -234,3 +234,31 @@ def write_tiny_llama(path: str | Path, **kwargs: Any) -> Path:
     path = Path(path)
     path.write_bytes(build_gguf(kvs, tensors))
     return path
+
+
+def write_tiny_gemma3(path: str | Path, *, window: int = 32, n_layers: int = 4,
+                      pattern: int = 2, scale: float = 8.0, seed: int = 0) -> Path:
+    """A tiny gemma3 (the tiny llama's shapes, head_dim 16, plus per-head Q/K norms and the
+    post-attention / post-FFN norms): layers alternate sliding-window (window tokens) and
+    global attention (every pattern-th is global). Matrices are scaled by `scale` so sampled
+    continuations vary from token to token."""
+    kvs, tensors = tiny_llama_parts(n_layers=n_layers, n_ctx=4096, seed=seed)
+    kvs = [("general.architecture", VT.STRING, "gemma3") if kv[0] == "general.architecture"
+           else ("gemma3." + kv[0][6:], *kv[1:]) if kv[0].startswith("llama.") else kv
+           for kv in kvs]
+    kvs += [("gemma3.attention.sliding_window", VT.UINT32, window),
+            ("gemma3.attention.sliding_window_pattern", VT.UINT32, pattern)]
+    tensors = [t if t.name.endswith("norm.weight") else
+               TensorSpec(t.name, t.shape, t.ggml_type,
+                          (np.frombuffer(t.data, np.float32) * scale).tobytes())
+               for t in tensors]
+    rng = np.random.default_rng(seed + 1)
+    head_dim = 16  # tiny_llama_parts: n_embd 64 over 4 heads
+    for i in range(n_layers):
+        for name, n in (("attn_q_norm", head_dim), ("attn_k_norm", head_dim),
+                        ("post_attention_norm", 64), ("post_ffw_norm", 64)):
+            data = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32).tobytes()
+            tensors.append(TensorSpec(f"blk.{i}.{name}.weight", (n,), QT.F32, data))
+    path = Path(path)
+    path.write_bytes(build_gguf(kvs, tensors))
+    return path

@@ -1,6 +1,8 @@
 """Hugging Face directories -> GGUF: SmolLM2 rebuilt as an HF directory (de-permuted Q/K,
 tokenizer.json from its vocabulary) converts back to the same tensors, tokenizer metadata and
-tokenization; a qwen2 directory keeps Q/K order and biases; `quantize DIR` works; bad
+tokenization; a qwen2 directory keeps Q/K order and biases; Gemma 3 rebuilt as an HF
+directory (SentencePiece tokenizer.model, norms as w - 1) converts back to the same weights,
+metadata and tokenization; `quantize DIR` works; bad
 directories fail with one line."""
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hf_dirs import hf_dir_from_f16_gguf, write_tokenizer
+from hf_dirs import (
+    hf_dir_from_f16_gguf,
+    hf_dir_from_gemma3_gguf,
+    sentencepiece_model,
+    write_tokenizer,
+)
 from localinfer.quant.hf_convert import convert_hf_dir
 from localinfer.quant.hf_convert.safetensors import SafetensorsFile, write_safetensors
 from localinfer.quant.hf_convert.tensor_map import permute_qk, unpermute_qk
@@ -146,7 +153,13 @@ def test_bad_directories(tmp_path: Path) -> None:
     gemma = tmp_path / "gemma"
     gemma.mkdir()
     (gemma / "config.json").write_text('{"architectures": ["Gemma3ForCausalLM"]}')
-    assert_clean_error(cli("quantize", str(gemma), str(out), "--type", "Q8_0"), "gemma3")
+    write_safetensors(gemma / "model.safetensors", {"model.norm.weight": ("F32", np.zeros(4))})
+    assert_clean_error(cli("quantize", str(gemma), str(out), "--type", "Q8_0"),
+                       "config.json", "missing or invalid")
+    (gemma / "config.json").write_text(json.dumps(_tiny_gemma3_config()))
+    (gemma / "tokenizer.model").write_bytes(b"\x0a\xff\x01")  # a piece longer than the file
+    assert_clean_error(cli("quantize", str(gemma), str(out), "--type", "Q8_0"),
+                       "tokenizer.model", "not a SentencePiece model")
     other = tmp_path / "phi"
     other.mkdir()
     (other / "config.json").write_text('{"architectures": ["PhiForCausalLM"]}')
@@ -158,3 +171,143 @@ def test_bad_directories(tmp_path: Path) -> None:
     assert_clean_error(cli("quantize", str(nosafe), str(out), "--type", "Q8_0"),
                        "no *.safetensors")
     assert not out.exists() and not list(tmp_path.glob(".*"))
+
+
+GEMMA3_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+               "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+               "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+               "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id",
+               "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token",
+               "tokenizer.ggml.add_sep_token", "tokenizer.ggml.add_space_prefix",
+               "tokenizer.chat_template")
+GEMMA3_PROBE = (SAMPLE_TEXT[:600] + " 12345 <start_of_turn>user\nHi! ¿Qué tal? 東京 🙂\t\n  x"
+                "<end_of_turn>\n<bos><unused3>   \n\n\n\u2581y")
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), b)
+    if isinstance(b, list):
+        return list(a) == b  # type: ignore[call-overload]
+    return a == b
+
+
+@pytest.mark.slow
+def test_gemma3_round_trip(gemma3_path: Path, tmp_path: Path) -> None:
+    """The real Gemma 3 270M (Q5_0/Q4_K/Q6_K/Q8_0 + F32 norms) as an HF directory with a
+    SentencePiece tokenizer.model converts back to its dequantized weights (F16, the converter's
+    default), the same norms (+1 restored exactly), metadata and token ids."""
+    folder = hf_dir_from_gemma3_gguf(gemma3_path, tmp_path / "gemma-3-270m-hf")
+    out = convert_hf_dir(folder, tmp_path / "converted.gguf")
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+    with open_gguf(out) as a, open_gguf(gemma3_path) as b:
+        assert a.arch == "gemma3" and sorted(a.tensors) == sorted(b.tensors)
+        assert {t.type_name for t in b.tensors.values()} >= {"Q5_0", "Q4_K", "Q6_K", "Q8_0"}
+        for name, tb in b.tensors.items():
+            ref = dequantize(np.asarray(b.raw(name)), GGMLQuantizationType(tb.ggml_type)) \
+                .reshape(tuple(reversed(tb.shape)))
+            got = np.asarray(a.array(name))
+            assert got.shape == ref.shape, name
+            if ref.ndim == 2:
+                assert a.tensors[name].type_name == "F16", name
+                assert np.array_equal(got, ref.astype(np.float16)), name
+            else:  # norms: F32, the checkpoint's (w - 1) + 1 is the original value exactly
+                assert a.tensors[name].type_name == "F32", name
+                assert np.array_equal(got, ref), name
+        ma, mb = a.metadata, b.metadata
+        for key, value in mb.items():
+            if key.startswith("gemma3."):
+                assert _same(ma[key], value), key
+        # the one key llama.cpp's current converter adds: the local layers' rope base, which
+        # our runtime (and llama.cpp) default to the same 10000 when it is absent
+        assert {k for k in ma if k.startswith("gemma3.")} - set(mb) == \
+            {"gemma3.rope.freq_base_swa"}
+        assert ma["gemma3.rope.freq_base_swa"] == 10000.0
+        assert ma["general.file_type"] == 1
+        for key in GEMMA3_KEYS:
+            assert (key in ma) == (key in mb), key
+            if key in mb:
+                assert _same(ma[key], mb[key]), key
+        ta, tb_ = Tokenizer.from_gguf(ma), Tokenizer.from_gguf(mb)
+        for special in (False, True):
+            ids = tb_.encode(GEMMA3_PROBE, parse_special=special)
+            assert ta.encode(GEMMA3_PROBE, parse_special=special) == ids
+            assert len(ids) > 100
+
+
+def _tiny_gemma3_config() -> dict:
+    return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+            "text_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                            "num_attention_heads": 2, "num_key_value_heads": 1,
+                            "head_dim": 16, "sliding_window": 64, "rope_theta": 1e6,
+                            "rope_local_base_freq": 1e4, "vocab_size": 8,
+                            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+                            "final_logit_softcapping": 30.0},
+            "vision_config": {"hidden_size": 16}, "bos_token_id": 2, "eos_token_id": 1}
+
+
+def test_gemma3_multimodal_directory(tmp_path: Path) -> None:
+    """Gemma3ForConditionalGeneration: text_config hyperparameters (defaults where absent),
+    language_model.* tensors, vision tensors dropped, F16 norms shifted in F16, the vocabulary
+    padded to vocab_size and the embedding trimmed to it, tokens from tokenizer.model with
+    added_tokens_decoder overrides."""
+    folder = tmp_path / "g3mm"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_tiny_gemma3_config()))
+    pieces = [("<pad>", 0.0, 3), ("<eos>", 0.0, 3), ("<bos>", 0.0, 3), ("<unk>", 0.0, 2),
+              ("\u2581a", -1.5, 1), ("<0x41>", 0.0, 6), ("<start_of_turn>", 0.0, 4)]
+    (folder / "tokenizer.model").write_bytes(sentencepiece_model(pieces))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>",
+        "eos_token": {"content": "<eos>"}, "chat_template": "{{ messages }}",
+        "added_tokens_decoder": {"6": {"content": "<start_of_turn>", "special": True},
+                                 "3": {"content": "<unk>", "special": False}}}))
+    rng = np.random.default_rng(3)
+    t: dict[str, tuple[str, np.ndarray]] = {
+        "language_model.model.embed_tokens.weight": ("F16", rng.standard_normal((10, 32))),
+        "language_model.model.norm.weight": ("F16", np.full(32, 0.0004)),
+        "vision_tower.vision_model.embeddings.patch_embedding.weight":
+            ("F16", np.zeros((4, 4))),
+        "multi_modal_projector.mm_input_projection_weight": ("F16", np.zeros((4, 4))),
+    }
+    p = "language_model.model.layers.0."
+    for n, shape in (("self_attn.q_proj", (32, 32)), ("self_attn.k_proj", (16, 32)),
+                     ("self_attn.v_proj", (16, 32)), ("self_attn.o_proj", (32, 32)),
+                     ("mlp.gate_proj", (64, 32)), ("mlp.up_proj", (64, 32)),
+                     ("mlp.down_proj", (32, 64))):
+        t[p + n + ".weight"] = ("F16", rng.standard_normal(shape))
+    for n, size in (("input_layernorm", 32), ("post_attention_layernorm", 32),
+                    ("pre_feedforward_layernorm", 32), ("post_feedforward_layernorm", 32),
+                    ("self_attn.q_norm", 16), ("self_attn.k_norm", 16)):
+        t[p + n + ".weight"] = ("F16", rng.standard_normal(size))
+    write_safetensors(folder / "model.safetensors", t)
+    with open_gguf(convert_hf_dir(folder, tmp_path / "g.gguf")) as g:
+        m = g.metadata
+        assert g.arch == "gemma3" and len(g.tensors) == 1 + 1 + 7 + 6
+        assert g.tensors["token_embd.weight"].shape == (32, 8)  # 10 rows trimmed to the vocab
+        assert np.array_equal(g.array("token_embd.weight"),
+                              t["language_model.model.embed_tokens.weight"][1][:8]
+                              .astype(np.float16))
+        # F16 + 1 rounds in F16 (0.0004 is below half an F16 step at 1), as llama.cpp's does
+        assert np.all(g.array("output_norm.weight") == 1.0)
+        q = t[p + "self_attn.q_norm.weight"][1]
+        assert np.array_equal(g.array("blk.0.attn_q_norm.weight"),
+                              (q.astype(np.float16) + np.float16(1)).astype(np.float32))
+        assert "blk.0.post_ffw_norm.weight" in g.tensors and "blk.0.ffn_norm.weight" in g.tensors
+        assert m["gemma3.context_length"] == 131072  # the converter's default
+        assert m["gemma3.attention.key_length"] == 16 and m["gemma3.attention.head_count"] == 2
+        assert m["gemma3.rope.scaling.type"] == "linear" and m["gemma3.rope.scaling.factor"] == 8
+        assert m["gemma3.final_logit_softcapping"] == 30.0
+        assert m["gemma3.rope.freq_base"] == 1e6 and m["gemma3.rope.freq_base_swa"] == 1e4
+        assert m["gemma3.attention.sliding_window"] == 64
+        assert m["tokenizer.ggml.model"] == "llama"
+        assert list(m["tokenizer.ggml.tokens"]) == [p[0] for p in pieces] + ["[PAD7]"]
+        assert m["tokenizer.ggml.token_type"].tolist() == [3, 3, 3, 4, 1, 6, 3, 5]
+        assert m["tokenizer.ggml.scores"].tolist() == [0, 0, 0, -1000, -1.5, 0, -1000, -10000]
+        # no tokenizer.json: ids come from config.json (text_config's absent ones too)
+        assert m["tokenizer.ggml.bos_token_id"] == 2 and m["tokenizer.ggml.eos_token_id"] == 1
+        assert "tokenizer.ggml.unknown_token_id" not in m
+        assert m["tokenizer.ggml.add_bos_token"] is True
+        assert m["tokenizer.ggml.add_space_prefix"] is False
+        assert m["tokenizer.chat_template"] == "{{ messages }}"

@@ -27,8 +27,8 @@ from localinfer.gguf_file import open_gguf
 
 pytest.importorskip("llama_cpp")
 
-WEIGHTED_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "Q4_K_M", "Q5_K_S",
-                  "Q5_K_M", "Q6_K"]
+WEIGHTED_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q2_K_S", "Q3_K_S", "Q3_K_M",
+                  "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_imatrix_changes_codes_and_lowers_weighted_error() -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 512)).astype(np.float32)
     qw = rng.lognormal(0, 2, 512).astype(np.float32)
-    for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"):
+    for name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"):
         fmt = next(f for f in (format_for(t) for t in WEIGHTED) if f.name == name)
         plain = fmt.quantize(x)
         weighted = np.empty_like(plain)
@@ -79,9 +79,13 @@ def test_imatrix_changes_codes_and_lowers_weighted_error() -> None:
 
 
 def test_imatrix_refusals(tiny: Path, tmp_path: Path) -> None:
-    synthetic_imatrix(tiny, tmp_path / "im.gguf")
-    with pytest.raises(InvalidRequestError, match="Q2_K/Q3_K"):
-        quantize_file(tiny, tmp_path / "o.gguf", "Q3_K_M", imatrix=tmp_path / "im.gguf",
+    im = synthetic_imatrix(tiny, tmp_path / "im.gguf")
+    with pytest.raises(InvalidRequestError, match="needs an importance matrix"):
+        quantize_file(tiny, tmp_path / "o.gguf", "Q2_K_S", progress=False)
+    del im.sums["blk.3.ffn_up.weight"], im.counts["blk.3.ffn_up.weight"]
+    imatrix.save(im, tmp_path / "partial.gguf")  # llama.cpp: "Missing importance matrix"
+    with pytest.raises(InvalidRequestError, match="no entry for blk.3.ffn_up.weight"):
+        quantize_file(tiny, tmp_path / "o.gguf", "Q2_K_S", imatrix=tmp_path / "partial.gguf",
                       progress=False)
     other = write_tiny_llama(tmp_path / "small.gguf")  # 64-wide rows
     assert_clean_error(cli("quantize", str(other), str(tmp_path / "o.gguf"), "--type", "Q4_0",
@@ -141,3 +145,23 @@ def test_imatrix_command_and_llama_cpp_parity(smollm2_path: Path, tmp_path: Path
     plain = tmp_path / "plain.gguf"
     quantize_file(f16, plain, "Q4_K_M", progress=False)
     assert plain.read_bytes() != ours.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ftype, pure, kquant", [("Q2_K", True, "Q2_K"),
+                                                 ("Q3_K_S", False, "Q3_K")])
+def test_smollm2_q23k_with_imatrix_matches_llama_cpp(smollm2_path: Path, tmp_path: Path,
+                                                      tmp_path_factory: pytest.TempPathFactory,
+                                                      ftype: str, pure: bool,
+                                                      kquant: str) -> None:
+    """Real weights: SmolLM2's 1536-wide ffn_down rows are the K-quant tensors (the 576-wide
+    ones fall back to Q4_0); --pure makes them Q2_K instead of the Q2_K mix's Q3_K."""
+    f16 = shared_f16(smollm2_path, tmp_path_factory.getbasetemp())
+    im = synthetic_imatrix(f16, tmp_path / "im.gguf")
+    ref, ours = tmp_path / "ref.gguf", tmp_path / "ours.gguf"
+    llama_quantize(f16, ref, FTYPES[ftype][0], pure=pure, imatrix=im.weights())
+    report = quantize_file(f16, ours, ftype, pure=pure, imatrix=tmp_path / "im.gguf",
+                           progress=False)
+    assert_same_model(ours, ref)
+    assert report.imatrix_used == 30 * 7
+    assert {t[2] for t in report.tensors if "ffn_down" in t[0]} == {kquant}

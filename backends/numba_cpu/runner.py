@@ -36,6 +36,9 @@ def physical_cores() -> int:
 
 class NumbaModelRunner(ModelRunner):
     name = "numba"
+    # gemma3's sliding-window layers keep K/V in their own pool of num_swa_blocks blocks
+    # (LLM sizes it from the window: engine/sliding_window.py); None = as many as num_blocks
+    sliding_window_pool = True
 
     def __init__(self, gguf: GGUFFile, config: ModelConfig, *, num_blocks: int, block_size: int,
                  threads: int | None = None, progress: bool = False,
@@ -144,6 +147,14 @@ class NumbaModelRunner(ModelRunner):
                    w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
                    self.k_pool, self.v_pool, self._bufs, logits)
         return logits
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the KV pools (both of gemma3's)."""
+        if self._gemma3 is not None:
+            g = self._gemma3
+            return g.k_global.nbytes + g.v_global.nbytes + g.k_local.nbytes + g.v_local.nbytes
+        return self.k_pool.nbytes + self.v_pool.nbytes
 
     def close(self) -> None:
         if self._gemma3 is not None:

@@ -27,7 +27,7 @@ from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
 from localinfer.engine.sequence import Sequence
-from localinfer.engine.sliding_window import SlidingWindowPool
+from localinfer.engine.sliding_window import SlidingWindowPool, min_pool_blocks
 from localinfer.engine.text_stream import TextStream
 from localinfer.errors import ContextLengthExceededError, InvalidRequestError
 from localinfer.sampling_params import SamplingParams
@@ -63,8 +63,13 @@ class LLMEngine:
         self.sliding: SlidingWindowPool | None = None
         window = getattr(runner, "sliding_window", 0)
         if window:
-            self.sliding = SlidingWindowPool(getattr(runner, "num_swa_blocks", config.num_blocks),
-                                             config.block_size, window)
+            num_swa = getattr(runner, "num_swa_blocks", None) or config.num_blocks
+            least = min_pool_blocks(window, config.block_size, config.num_blocks)
+            if num_swa < least:
+                raise InvalidRequestError(
+                    f"sliding-window KV pool of {num_swa} blocks cannot hold one sequence's "
+                    f"window of {window} tokens (needs {least} blocks of {config.block_size})")
+            self.sliding = SlidingWindowPool(num_swa, config.block_size, window)
             self.scheduler.sliding = self.sliding
             self.block_manager.limit_hits = self.sliding.limit_hits
         self.sampler = Sampler()

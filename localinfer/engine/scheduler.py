@@ -4,7 +4,9 @@ Each step: running sequences that decode (one token each) first, then prefill ch
 running sequences whose prompt is partly computed, then waiting sequences in arrival order.
 A waiting sequence is admitted only when blocks for all its tokens are free (minus what the
 prefix cache already holds); a decode that needs a new block and finds none preempts the
-newest running sequence by recompute.
+newest running sequence by recompute.  Models with sliding-window layers also draw on a
+second, smaller pool (sliding_window.py): a chunk is shrunk to its free blocks, admission
+waits for them, and a sequence that cannot advance by one token preempts the newest.
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ class Scheduler:
                 break
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            if not self._make_room(seq):
+            if not self._make_room(seq, scheduled):
                 continue  # it preempted itself
             self.block_manager.may_append(seq)
+            if self.sliding is not None:
+                self.sliding.ensure(seq, seq.num_tokens)
             scheduled.append((seq, 1))
             budget -= 1
         for seq in prefills:
@@ -69,6 +73,10 @@ class Scheduler:
                 break
             if seq.status is SequenceStatus.RUNNING:
                 n = min(seq.num_uncomputed_tokens, budget)
+                if self.sliding is not None:
+                    n = self._fit_sliding(seq, n, scheduled)
+                    if n == 0:
+                        continue  # it preempted itself
                 scheduled.append((seq, n))
                 budget -= n
         # after a preemption the pool is tight: admitting now would only thrash
@@ -77,26 +85,58 @@ class Scheduler:
             seq = self.waiting[0]
             if not self.block_manager.can_allocate(seq):
                 break  # first come, first served: later requests wait too
+            n = min(seq.num_uncomputed_tokens, budget)
+            if self.sliding is not None and self.sliding.max_end(seq) < n:
+                if self.running:
+                    break  # the sliding pool frees blocks as running sequences advance
+                n = self.sliding.max_end(seq)  # alone: a shorter first chunk
             self.waiting.popleft()
             self.block_manager.allocate(seq)
             seq.status = SequenceStatus.RUNNING
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.perf_counter()
             self.running.append(seq)
-            n = min(seq.num_uncomputed_tokens, budget)
+            n = min(n, seq.num_uncomputed_tokens)  # allocate() may have found a cached prefix
+            if self.sliding is not None:
+                self.sliding.ensure(seq, seq.num_computed_tokens + n)
             scheduled.append((seq, n))
             budget -= n
         return self._build_batch(scheduled) if scheduled else None
 
-    def _make_room(self, seq: Sequence) -> bool:
-        """Preempt the newest running sequences until seq can grow; False if seq itself
-        was the one preempted."""
-        while not self.block_manager.can_append(seq):
-            victim = self.running[-1]
-            self.preempt(victim)
-            if victim is seq:
+    def _make_room(self, seq: Sequence, scheduled: list[tuple[Sequence, int]]) -> bool:
+        """Preempt the newest running sequences until seq can grow by its next token; False
+        if seq itself was the one preempted."""
+        def fits() -> bool:
+            if not self.block_manager.can_append(seq):
+                return False
+            sliding = self.sliding
+            return sliding is None or (sliding.blocks_needed(seq, seq.num_tokens)
+                                       <= sliding.num_free_blocks)
+
+        while not fits():
+            if self._preempt_newest(seq, scheduled):
                 return False
         return True
+
+    def _fit_sliding(self, seq: Sequence, n: int, scheduled: list[tuple[Sequence, int]]) -> int:
+        """Shrink a prefill chunk of n tokens to what the sliding pool can hold (preempting
+        the newest sequences while not even one token fits) and take its blocks; 0 if seq
+        itself was preempted."""
+        assert self.sliding is not None
+        while self.sliding.max_end(seq) <= seq.num_computed_tokens:
+            if self._preempt_newest(seq, scheduled):
+                return 0
+        n = min(n, self.sliding.max_end(seq) - seq.num_computed_tokens)
+        self.sliding.ensure(seq, seq.num_computed_tokens + n)
+        return n
+
+    def _preempt_newest(self, seq: Sequence, scheduled: list[tuple[Sequence, int]]) -> bool:
+        """Preempt the newest running sequence not already in this step (seq if none is
+        newer); True if that was seq itself."""
+        in_step = {s.seq_id for s, _ in scheduled}
+        victim = next(s for s in reversed(self.running) if s is seq or s.seq_id not in in_step)
+        self.preempt(victim)
+        return victim is seq
 
     def preempt(self, seq: Sequence) -> None:
         """Free the sequence's blocks and put it at the front of the queue; everything it

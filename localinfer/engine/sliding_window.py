@@ -12,18 +12,70 @@ before k * block_size, which this pool does not keep for finished sequences; a m
 sliding pool therefore recomputes its prompt (limit_hits caps hits at 0) while the global
 layers' blocks are still registered (TODO: cache the window's blocks by the same hashes).
 
-Capacity: a sequence's sliding blocks are a subset of the logical blocks its full table holds
-and nothing is shared, so a pool as large as the BlockManager's never runs out first.
+Capacity: a sequence with c tokens computed that runs a chunk of n holds the logical blocks
+from (c - window + 1) // block_size to cdiv(c + n, block_size) - 1, at most
+(window + n + 2 * block_size - 3) // block_size of them, whatever c.  `pool_blocks_for` sizes
+the pool for max_num_seqs such sequences whose chunks share one step's token budget, capped
+by the main pool (which bounds every table anyway); with it the scheduler never runs short.
+A smaller pool is allowed down to one sequence's window (`min_pool_blocks`): the scheduler
+then shrinks prefill chunks to the free blocks and preempts (recompute) like it does for the
+main pool (scheduler.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from localinfer.engine.config import cdiv
+from localinfer.engine.config import EngineConfig, cdiv, num_blocks_for
 from localinfer.engine.sequence import Sequence
 
 RELEASED = -1
+
+
+def pool_blocks_for(window: int, block_size: int, max_num_seqs: int,
+                    max_num_batched_tokens: int, num_blocks: int) -> int:
+    """Sliding-pool blocks that max_num_seqs running sequences never outgrow (see above)."""
+    per_seq_fixed = window + 2 * block_size - 3
+    need = (max_num_seqs * per_seq_fixed + max_num_batched_tokens) // block_size
+    return max(1, min(num_blocks, need))
+
+
+def size_kv_pools(config: EngineConfig, window: int, global_bytes_per_token: int,
+                  sliding_bytes_per_token: int) -> tuple[int, int]:
+    """(main pool blocks, sliding pool blocks) for a model whose layers split into global
+    ones (global_bytes_per_token of K+V over all of them, indexed by the main pool) and
+    sliding-window ones (indexed by the sliding pool); also stores the first in
+    config.num_blocks.  kv_cache_mb bounds both pools together: the sliding pool takes
+    what pool_blocks_for asks (or as much as the main pool when the budget is tight) and
+    the global layers the rest."""
+    bs = config.block_size
+
+    def sliding_for(num_blocks: int) -> int:
+        return pool_blocks_for(window, bs, config.max_num_seqs, config.max_num_batched_tokens,
+                               num_blocks)
+
+    if config.num_blocks is not None or config.kv_cache_mb is None:
+        num_blocks = num_blocks_for(config, global_bytes_per_token + sliding_bytes_per_token)
+    else:
+        budget = int(config.kv_cache_mb * 1024 * 1024)
+        g, s = global_bytes_per_token * bs, sliding_bytes_per_token * bs
+        full = sliding_for(1 << 62)  # the sliding pool of an unbounded main pool
+        if g == 0:  # every layer slides: the main pool holds ids only
+            num_blocks = 2 * cdiv(config.max_model_len, bs)  # EngineConfig's default pool
+            num_blocks = min(num_blocks, budget // s)
+        elif budget >= (g + s) * full:
+            num_blocks = (budget - s * full) // g
+        else:  # too tight for the full sliding pool: both pools equal, as without one
+            num_blocks = num_blocks_for(config, global_bytes_per_token + sliding_bytes_per_token)
+        if num_blocks < 1:
+            num_blocks = num_blocks_for(config, global_bytes_per_token + sliding_bytes_per_token)
+    config.num_blocks = num_blocks
+    return num_blocks, sliding_for(num_blocks)
+
+
+def min_pool_blocks(window: int, block_size: int, num_blocks: int) -> int:
+    """Blocks one sequence needs to advance by one token with its whole window held."""
+    return min(num_blocks, cdiv(window + block_size - 1, block_size))
 
 
 class SlidingWindowPool:
@@ -48,6 +100,22 @@ class SlidingWindowPool:
     def table(self, seq: Sequence) -> list[int]:
         return self.tables.setdefault(seq.seq_id, [])
 
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_blocks)
+
+    def blocks_needed(self, seq: Sequence, end: int) -> int:
+        """New blocks ensure(seq, end) would take from the pool."""
+        have = max(len(self.tables.get(seq.seq_id, ())),
+                   self._first_live(seq.num_computed_tokens))
+        return max(0, cdiv(end, self.block_size) - have)
+
+    def max_end(self, seq: Sequence) -> int:
+        """The largest chunk end (token count) the free blocks can serve for the sequence."""
+        have = max(len(self.tables.get(seq.seq_id, ())),
+                   self._first_live(seq.num_computed_tokens))
+        return (have + len(self.free_blocks)) * self.block_size
+
     def ensure(self, seq: Sequence, end: int) -> list[int]:
         """Blocks for the sequence's tokens < end (this step's chunk); returns its table."""
         table = self.table(seq)
@@ -57,8 +125,8 @@ class SlidingWindowPool:
                 table.append(RELEASED)
                 continue
             if not self.free_blocks:
-                raise RuntimeError("out of sliding-window KV blocks (pool smaller than the "
-                                   "engine's)")
+                raise RuntimeError("out of sliding-window KV blocks (the scheduler should "
+                                   "have checked)")
             table.append(self.free_blocks.popleft())
         self.peak_used = max(self.peak_used, self.num_used_blocks)
         return table

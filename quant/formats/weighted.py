@@ -3,8 +3,8 @@ matrix is given (llama.cpp passes `quant_weights`, one float per column). Same f
 operation order as ggml-quants.c, so the bytes match llama.cpp's given the same imatrix.
 
 Each kernel: (x (rows, n) float32, out (rows, row_bytes) uint8, qw (n,) float32).
-Types here: Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (Q8_0 and the float types ignore the
-imatrix in ggml; Q2_K and Q3_K weighted searches are not implemented).
+Types here: Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, and Q2_K / Q3_K at the end (Q8_0 and the
+float types ignore the imatrix in ggml).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .numerics import GROUP_MAX_EPS, ZERO, f32, nearest_int, put_f16
+from .q23_k import _pack2, _q3_scale
 from .rows import WORKERS, claim
 
 
@@ -172,7 +173,7 @@ def make_qp_quants(n: int, nmax: int, x: np.ndarray, L: np.ndarray,
                     slx += w * x[i] * f32(new_l)
                     sl2 += w * f32(new_l) * f32(new_l)
                     if slx * slx * suml2 > sumlx * sumlx * sl2:
-                        L[i] = new_l
+                        L[i] = new_l & 0xFF  # uint8 in ggml
                         sumlx = slx
                         suml2 = sl2
                         n_changed += 1
@@ -431,8 +432,121 @@ def quantize_q6_k_w(x: np.ndarray, out: np.ndarray, qw: np.ndarray) -> None:
             r = claim(nxt)
 
 
+@njit(cache=True)
+def _q2_k_block_w(x: np.ndarray, qw: np.ndarray, o: np.ndarray, L: np.ndarray, Laux: np.ndarray,
+                  w: np.ndarray, sw: np.ndarray, scales: np.ndarray, mins: np.ndarray,
+                  Ls: np.ndarray, Lm: np.ndarray) -> None:
+    """quantize_row_q2_K_impl for one super-block: a weighted asymmetric fit per group of 16,
+    then the 16 scales and 16 mins themselves quantized to 4 bits by make_qp_quants."""
+    sum_x2 = ZERO
+    for i in range(256):
+        sum_x2 += x[i] * x[i]
+    sigma2 = sum_x2 / f32(256.0)  # (Q3_K..Q5_K use twice this)
+    for g in range(16):
+        xg = x[16 * g:16 * g + 16]
+        _block_weights(xg, qw[16 * g:16 * g + 16], sigma2, w)
+        s = ZERO
+        for i in range(16):
+            s += w[i]
+        sw[g] = s
+        scales[g], mins[g] = make_qkx3_quants(16, 3, xg, w, L[16 * g:16 * g + 16], Laux,
+                                              f32(-0.9), f32(0.05), 36)
+    d = put_f16(o, 80, make_qp_quants(16, 15, scales, Ls, sw))
+    dmin = put_f16(o, 82, make_qp_quants(16, 15, mins, Lm, sw))
+    for g in range(16):
+        o[g] = (Ls[g] | (Lm[g] << 4)) & 0xFF
+    for g in range(16):
+        dg = d * f32(o[g] & 0xF)
+        if dg == 0:
+            continue
+        dm = dmin * f32(o[g] >> 4)
+        for i in range(16 * g, 16 * g + 16):
+            L[i] = max(0, min(3, nearest_int((x[i] + dm) / dg)))
+    _pack2(L, o, 16)
+
+
+@njit(cache=True, parallel=True)
+def quantize_q2_k_w(x: np.ndarray, out: np.ndarray, qw: np.ndarray) -> None:
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        L = np.zeros(256, np.int32)
+        Laux = np.zeros(16, np.int32)
+        w = np.zeros(16, np.float32)
+        sw = np.zeros(16, np.float32)
+        scales = np.zeros(16, np.float32)
+        mins = np.zeros(16, np.float32)
+        Ls = np.zeros(16, np.int32)
+        Lm = np.zeros(16, np.int32)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                _q2_k_block_w(x[r, b * 256:b * 256 + 256], qw[b * 256:b * 256 + 256],
+                              out[r, b * 84:b * 84 + 84], L, Laux, w, sw, scales, mins, Ls, Lm)
+            r = claim(nxt)
+
+
+@njit(cache=True)
+def _q3_k_block_w(x: np.ndarray, qw: np.ndarray, o: np.ndarray, L: np.ndarray, w: np.ndarray,
+                  sw: np.ndarray, scales: np.ndarray, Ls: np.ndarray) -> None:
+    """quantize_row_q3_K_impl for one super-block: make_qx_quants with weights per group, and
+    again over the 16 group scales (weighted by each group's weight sum) for the 6-bit scales."""
+    sum_x2 = ZERO
+    for i in range(256):
+        sum_x2 += x[i] * x[i]
+    sigma2 = f32(2.0) * sum_x2 / f32(256.0)
+    for g in range(16):
+        xg = x[16 * g:16 * g + 16]
+        _block_weights(xg, qw[16 * g:16 * g + 16], sigma2, w)
+        s = ZERO
+        for i in range(16):
+            s += w[i]
+        sw[g] = s
+        scales[g] = make_qx_quants_w(16, 4, xg, L[16 * g:16 * g + 16], w)
+    sc = o[96:108]
+    sc[:] = 0
+    d_block = make_qx_quants_w(16, 32, scales, Ls, sw)
+    for g in range(16):
+        l = Ls[g]
+        if g < 8:
+            sc[g] = l & 0xF
+        else:
+            sc[g - 8] |= (l & 0xF) << 4
+        sc[g % 4 + 8] |= (l >> 4) << (2 * (g // 4))
+    d = put_f16(o, 108, d_block)
+    for g in range(16):
+        dg = d * f32(_q3_scale(sc, g))
+        if dg == 0:
+            continue  # the group keeps make_qx_quants' codes, as in ggml
+        for i in range(16 * g, 16 * g + 16):
+            L[i] = max(-4, min(3, nearest_int(x[i] / dg))) + 4
+    o[0:32] = 0
+    for i in range(256):  # 3rd bit of value i goes to hmask[i % 32], bit i // 32
+        if L[i] > 3:
+            o[i % 32] |= 1 << (i // 32)
+            L[i] -= 4
+    _pack2(L, o, 32)
+
+
+@njit(cache=True, parallel=True)
+def quantize_q3_k_w(x: np.ndarray, out: np.ndarray, qw: np.ndarray) -> None:
+    nxt = np.zeros(1, np.int64)
+    for _ in prange(WORKERS):
+        L = np.zeros(256, np.int32)
+        w = np.zeros(16, np.float32)
+        sw = np.zeros(16, np.float32)
+        scales = np.zeros(16, np.float32)
+        Ls = np.zeros(16, np.int32)
+        r = claim(nxt)
+        while r < x.shape[0]:
+            for b in range(x.shape[1] // 256):
+                _q3_k_block_w(x[r, b * 256:b * 256 + 256], qw[b * 256:b * 256 + 256],
+                              out[r, b * 110:b * 110 + 110], L, w, sw, scales, Ls)
+            r = claim(nxt)
+
+
 # ggml type id -> weighted kernel
 WEIGHTED = {2: quantize_q4_0_w, 3: quantize_q4_1_w, 6: quantize_q5_0_w, 7: quantize_q5_1_w,
-            12: quantize_q4_k_w, 13: quantize_q5_k_w, 14: quantize_q6_k_w}
+            10: quantize_q2_k_w, 11: quantize_q3_k_w, 12: quantize_q4_k_w, 13: quantize_q5_k_w,
+            14: quantize_q6_k_w}
 # types whose ggml quantizer ignores the importance matrix
 IGNORES_IMATRIX = {0, 1, 8, 30}  # F32, F16, Q8_0, BF16

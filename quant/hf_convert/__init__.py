@@ -1,5 +1,5 @@
-"""Hugging Face model directory -> GGUF (llama, qwen2): safetensors reader, tensor names and
-Q/K permutation, tokenizer.json metadata."""
+"""Hugging Face model directory -> GGUF (llama, qwen2, gemma3): safetensors reader, tensor names and
+Q/K permutation, tokenizer.json / SentencePiece metadata."""
 
 from .converter import convert_hf_dir, is_hf_dir
 

@@ -1,8 +1,9 @@
-"""Convert a Hugging Face model directory (config.json, *.safetensors, tokenizer.json,
-tokenizer_config.json) of the llama or qwen2 family into a GGUF file, as llama.cpp's
-convert_hf_to_gguf.py does with its default output type: 2-D weights stay F16 / BF16 (F32 ones
-become F16), norms and biases are F32, llama's Q/K rows are permuted, and the tokenizer metadata
-and chat template come along. Written crash-safely like the quantizer's output."""
+"""Convert a Hugging Face model directory (config.json, *.safetensors, tokenizer.json or Gemma 3's
+tokenizer.model, tokenizer_config.json) of the llama, qwen2 or gemma3 family into a GGUF file,
+as llama.cpp's convert_hf_to_gguf.py does with its default output type: 2-D weights stay F16 /
+BF16 (F32 ones become F16), norms and biases are F32, llama's Q/K rows are permuted, Gemma 3's
+norm weights get their +1, and the tokenizer metadata and chat template come along. Written
+crash-safely like the quantizer's output."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from gguf.constants import GGUFValueType as V
 from localinfer.errors import GGUFError, UnsupportedModelError
 
 from ..gguf_writer import KV, GGUFStreamWriter, TensorSpec
+from .gemma3 import gemma3_hparam_kvs, hf_text_name, norm_shift
 from .safetensors import SafetensorsFile
 from .tensor_map import IGNORED, gguf_name, permute_qk
 from .tokenizer_json import tokenizer_kvs
+from .tokenizer_spm import spm_tokenizer_kvs
 
 ARCHS = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
-         "Qwen2ForCausalLM": "qwen2"}
-NOT_YET = {"Gemma3ForCausalLM": "gemma3", "Gemma3ForConditionalGeneration": "gemma3"}
+         "Qwen2ForCausalLM": "qwen2", "Gemma3ForCausalLM": "gemma3",
+         "Gemma3ForConditionalGeneration": "gemma3"}
 
 
 def is_hf_dir(path: str | Path) -> bool:
@@ -43,11 +46,9 @@ def _config(folder: Path) -> tuple[str, dict[str, Any]]:
     names = cfg.get("architectures") or []
     for n in names:
         if n in ARCHS:
+            if isinstance(cfg.get("text_config"), dict):  # multimodal: the language model's
+                cfg = {**cfg, **cfg["text_config"]}
             return ARCHS[n], cfg
-        if n in NOT_YET:
-            raise UnsupportedModelError(
-                f"{folder}: {n} conversion is not supported yet (its tokenizer is a "
-                "SentencePiece model); convert it with llama.cpp and quantize the GGUF")
     raise UnsupportedModelError(f"{folder}: architecture {names or '?'} is not supported "
                                 f"(supported: {', '.join(sorted(ARCHS))})")
 
@@ -72,6 +73,8 @@ def _hparam_kvs(arch: str, cfg: dict[str, Any], folder: Path, ftype: int) -> lis
                float(cfg.get("rms_norm_eps", 1e-6))),
             KV("general.file_type", V.UINT32, ftype),
         ]
+        if arch == "gemma3":
+            return gemma3_hparam_kvs(cfg, kvs)
     except (KeyError, TypeError, ValueError) as exc:
         raise UnsupportedModelError(f"{folder}/config.json: missing or invalid {exc}") from None
     if arch == "llama":
@@ -103,12 +106,18 @@ def convert_hf_dir(folder: str | Path, dst: str | Path,
     warn = warn or (lambda m: print(f"localinfer: warning: {m}", file=sys.stderr))
     arch, cfg = _config(folder)
     where = _open_shards(folder)
-    n_head = int(cfg["num_attention_heads"])
-    n_head_kv = int(cfg.get("num_key_value_heads") or n_head)
+    try:
+        n_head = int(cfg["num_attention_heads"])
+        n_head_kv = int(cfg.get("num_key_value_heads") or n_head)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnsupportedModelError(f"{folder}/config.json: missing or invalid {exc}") from None
     tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in where
     plan: list[tuple[str, str]] = []  # (hf name, gguf name)
     for hf in where:
-        name = gguf_name(hf)
+        text_name = hf_text_name(hf) if arch == "gemma3" else hf
+        if text_name is None:  # vision tower / projector of a multimodal checkpoint
+            continue
+        name = gguf_name(text_name, arch)
         if name is None:
             if IGNORED.fullmatch(hf):
                 continue
@@ -121,18 +130,25 @@ def convert_hf_dir(folder: str | Path, dst: str | Path,
     out_t = T.BF16 if dtypes == {"BF16"} else T.F16
     ftype = 32 if out_t == T.BF16 else 1
     kvs = _hparam_kvs(arch, cfg, folder, ftype)
-    kvs += tokenizer_kvs(folder, int(cfg.get("vocab_size") or 0) or None, arch, warn)
+    vocab_size = int(cfg.get("vocab_size") or 0) or None
+    if arch == "gemma3" and (folder / "tokenizer.model").is_file():
+        kvs += spm_tokenizer_kvs(folder, cfg, vocab_size)
+    else:
+        kvs += tokenizer_kvs(folder, vocab_size, arch, warn)
+    n_vocab = len(next(kv.value for kv in kvs if kv.key == "tokenizer.ggml.tokens"))
     kvs.append(KV("general.quantization_version", V.UINT32, 2))
     specs = []
     for hf, name in plan:
         shape = where[hf].tensors[hf][1]
+        if arch == "gemma3" and name == "token_embd.weight":  # rows past the vocabulary go
+            shape = (min(shape[0], n_vocab), *shape[1:])
         specs.append(TensorSpec(name, tuple(reversed(shape)), out_t if len(shape) == 2
                                 else T.F32))
     with atomic_write(dst, validate=lambda p: open_gguf(p).close()) as f:
         w = GGUFStreamWriter(f, kvs, specs)
         for (hf, name), spec in zip(plan, specs, strict=True):
-            w.write_tensor(name, _convert(where[hf], hf, name, spec.ggml_type, arch, n_head,
-                                          n_head_kv))
+            arr = _convert(where[hf], hf, name, spec.ggml_type, arch, n_head, n_head_kv)
+            w.write_tensor(name, arr[:spec.shape[-1]] if name == "token_embd.weight" else arr)
         w.finish()
     return dst
 
@@ -154,6 +170,11 @@ def _convert(st: SafetensorsFile, hf: str, name: str, out_t: int, arch: str, n_h
     arr, dtype = st.array(hf), st.dtype(hf)
     if dtype not in ("F32", "F16", "BF16"):
         raise GGUFError(f"{st.path}: tensor {hf} has dtype {dtype}, expected a float type")
+    if arch == "gemma3" and norm_shift(hf):
+        # Gemma's RMSNorm scales by (1 + w); llama.cpp adds the 1 in the source precision
+        # (F16 stays F16, BF16 is widened to F32 first), as convert_hf_to_gguf.py does
+        arr = arr + np.float16(1) if dtype == "F16" else _to_f32(arr, dtype) + np.float32(1)
+        dtype = "F16" if dtype == "F16" else "F32"
     if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
         arr = permute_qk(arr, n_head if "attn_q" in name else n_head_kv)
     if out_t == T.F32:

@@ -1,7 +1,7 @@
-"""Hugging Face tensor names -> GGUF names for the llama family, and the Q/K row permutation
-llama.cpp's converter applies to llama (HF stores the rotary pairs as two halves of each head;
-ggml's normal rope rotates adjacent pairs, so rows are interleaved; qwen2 uses NEOX rope and
-keeps HF order)."""
+"""Hugging Face tensor names -> GGUF names for the llama family and Gemma 3, and the Q/K row
+permutation llama.cpp's converter applies to llama (HF stores the rotary pairs as two halves of
+each head; ggml's normal rope rotates adjacent pairs, so rows are interleaved; qwen2 uses NEOX
+rope and keeps HF order)."""
 
 from __future__ import annotations
 
@@ -24,15 +24,23 @@ _PER_LAYER = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
+# Gemma 3: a norm after attention and around the FFN, and RMS norms on Q and K
+_GEMMA3_LAYER = {**_PER_LAYER,
+                 "post_attention_layernorm.weight": "post_attention_norm.weight",
+                 "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                 "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+                 "self_attn.q_norm.weight": "attn_q_norm.weight",
+                 "self_attn.k_norm.weight": "attn_k_norm.weight"}
 IGNORED = re.compile(r".*\.rotary_emb\.inv_freq$")
 
 
-def gguf_name(hf: str) -> str | None:
+def gguf_name(hf: str, arch: str = "llama") -> str | None:
     if hf in _GLOBAL:
         return _GLOBAL[hf]
+    per_layer = _GEMMA3_LAYER if arch == "gemma3" else _PER_LAYER
     m = _LAYER.fullmatch(hf)
-    if m and m.group(2) in _PER_LAYER:
-        return f"blk.{m.group(1)}.{_PER_LAYER[m.group(2)]}"
+    if m and m.group(2) in per_layer:
+        return f"blk.{m.group(1)}.{per_layer[m.group(2)]}"
     return None
 
 

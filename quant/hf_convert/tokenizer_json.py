@@ -84,7 +84,8 @@ def tokenizer_kvs(folder: Path, vocab_size: int | None, arch: str,
     if model.get("type") != "BPE" or model.get("byte_fallback"):
         raise UnsupportedModelError(
             f"{folder}: only byte-level BPE tokenizers (tokenizer.json model type BPE) are "
-            "converted; SentencePiece vocabularies (tokenizer.model) are not supported yet")
+            "converted from tokenizer.json; SentencePiece vocabularies are read from "
+            "tokenizer.model for Gemma 3 only")
     vocab: dict[str, int] = dict(model.get("vocab") or {})
     added = {int(t["id"]): t for t in tok.get("added_tokens", []) if "id" in t}
     for i, t in added.items():
