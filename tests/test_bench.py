@@ -55,6 +55,17 @@ def test_bench_tiny_model(tmp_path: Path) -> None:
     check_run(model, tmp_path / "bench.json")
 
 
+def test_aggregate_counts_option(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    model = write_tiny_llama(tmp_path / "tiny.gguf", n_ctx=2048)
+    proc = bench("--model", str(model), "--peer", "none", "--aggregate", "3,2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("aggregate decode")]
+    assert [r.split(",")[1].split("(")[0].strip() for r in rows] == ["2 sequences", "3 sequences"]
+    bad = bench("--model", str(model), "--aggregate", "0,x")
+    assert bad.returncode != 0 and "invalid --aggregate" in bad.stderr
+
+
 @pytest.mark.slow
 def test_bench_real_model(smollm2_path: Path, tmp_path: Path) -> None:
     check_run(smollm2_path, tmp_path / "bench.json")

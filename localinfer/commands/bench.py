@@ -25,6 +25,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                    help="also run this native llama-bench binary (-p 512 -n 128 -t N)")
     p.add_argument("--json", metavar="FILE", type=Path, help="write every number to FILE")
     p.add_argument("--quick", action="store_true", help="fewer and shorter repetitions")
+    p.add_argument("--aggregate", metavar="COUNTS", default="1,4,16,64",
+                   help="concurrent sequences of the aggregate-decode rows, a comma list "
+                        "(default 1,4,16,64; fewer makes a bigger model's run shorter)")
 
 
 def main(name: str, args: argparse.Namespace) -> int:
@@ -55,6 +58,7 @@ def main(name: str, args: argparse.Namespace) -> int:
         plan = BenchPlan.make(str(Path(path).resolve()), threads, config.n_ctx_train, args.quick)
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from exc
+    plan.agg_counts = _aggregate_counts(args.aggregate)
     plan.backend, plan.n_gpu_layers = args.backend, options.get("n_gpu_layers", 0)
     plan.flash_attn = options.get("flash_attn")
     raw = orchestrate.run_all(plan, peer, args.peer_bench)
@@ -66,6 +70,17 @@ def main(name: str, args: argparse.Namespace) -> int:
           + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else ""))
     print(report.table(doc, plan))
     return 0
+
+
+def _aggregate_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 1:
+        raise InvalidRequestError(
+            f"invalid --aggregate {text!r}: a comma list of sequence counts >= 1, e.g. 1,4,16")
+    return counts
 
 
 def _physical_cores() -> int:
