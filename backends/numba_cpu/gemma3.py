@@ -10,7 +10,8 @@
 Local (sliding-window) and global layers keep K/V in separate pools: the global pool is indexed
 by the sequence's full block table, the local one by its sliding table, whose blocks wholly
 before the window the engine may have released (attention never reads them).  The GGUF norm
-weights already include gemma's "+1", so they are used as stored.
+weights already include gemma's "+1", so they are used as stored.  After the last layer's
+attention only the rows that give logits go on (a prefill needs one).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import numpy as np
 from numba import njit
 
 from .dispatch import attend, embed
-from .kernels.elementwise import add_inplace, rmsnorm, rope_neox
-from .kernels.gelu import geglu, gelu_f16_table
-from .kernels.qk_norm import head_rmsnorm, scale_columns
+from .kernels.elementwise import add_rmsnorm, rmsnorm
+from .kernels.gelu import gelu_f16_table
+from .kernels.gelu_simd import gelu_mul
+from .kernels.qk_norm import qk_norm_rope, scale_columns
 from .kernels.rope_scaled import rope_tables_scaled
 from .llama import make_buffers as llama_buffers
 from .project_q8k import project_as
@@ -106,45 +108,62 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
     sin_l = sin_b[:n]
     cos_g = cosg_b[:n]
     sin_g = sing_b[:n]
-    k_col = n_heads * head_dim
     one = np.float32(1.0)
 
+    no_norm = out_norm[:0]  # add_rmsnorm without a next norm (after the last layer)
+    n_out = logits_rows.shape[0]
+    out_rows = logits_rows  # where the logits rows are in x (moved to the top in the last layer)
     embed(isa, embd, tokens, x)
     scale_columns(x, n_embd, np.float32(fparams[5]))
     rope_tables_scaled(positions, rope_dim, fparams[2], 1.0, cos_l, sin_l)
     rope_tables_scaled(positions, rope_dim, fparams[1], fparams[3], cos_g, sin_g)
+    rmsnorm(x, attn_norm[0], rms_eps, xn)
+    # each layer's post-norms, residual adds and the next pre-norm go in one pass over the
+    # rows (add_rmsnorm), and Q/K's norms, RoPE and the Q scale in another (qk_norm_rope):
+    # a prefill spends most of its non-matmul time in these per-token loops
     for layer in range(n_layers):
-        rmsnorm(x, attn_norm[layer], rms_eps, xn)
         project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k[0, layer])
-        head_rmsnorm(qkv, 0, n_heads, head_dim, q_norm[layer], rms_eps)
-        head_rmsnorm(qkv, k_col, n_kv, head_dim, k_norm[layer], rms_eps)
         j = pool_index[layer]
         if is_swa[layer]:
-            rope_neox(qkv, 0, n_heads, head_dim, rope_dim, cos_l, sin_l)
-            rope_neox(qkv, k_col, n_kv, head_dim, rope_dim, cos_l, sin_l)
-            scale_columns(qkv, k_col, attn_scale)
+            qk_norm_rope(qkv, n_heads, n_kv, head_dim, q_norm[layer], k_norm[layer], rms_eps,
+                         rope_dim, cos_l, sin_l, attn_scale)
             attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, swa_tables,
                    block_size, swa_slots, k_local[j], v_local[j], one, att_scratch, att, window)
         else:
-            rope_neox(qkv, 0, n_heads, head_dim, rope_dim, cos_g, sin_g)
-            rope_neox(qkv, k_col, n_kv, head_dim, rope_dim, cos_g, sin_g)
-            scale_columns(qkv, k_col, attn_scale)
+            qk_norm_rope(qkv, n_heads, n_kv, head_dim, q_norm[layer], k_norm[layer], rms_eps,
+                         rope_dim, cos_g, sin_g, attn_scale)
             attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, tables,
                    block_size, slots, k_global[j], v_global[j], one, att_scratch, att, 0)
+        if layer == n_layers - 1 and n_out < n:
+            # past the last attention only the rows that give logits matter (llama.cpp's
+            # inp_out_ids): keep those, in order; rows are computed independently, so their
+            # values are the same as when every row goes on
+            att_sel = np.empty((n_out, att.shape[1]), np.float32)
+            x_sel = np.empty((n_out, n_embd), np.float32)
+            for r in range(n_out):
+                att_sel[r] = att[out_rows[r]]
+                x_sel[r] = x[out_rows[r]]
+            att = att_b[:n_out]
+            att[:] = att_sel
+            x = x_b[:n_out]
+            x[:] = x_sel
+            xn = xn_b[:n_out]
+            gu = gu_b[:n_out]
+            hid = h_b[:n_out]
+            out_rows = np.arange(n_out)
         project_as(isa, wo, layer, att, qbuf, xn, q8k[1, layer])  # (n, n_embd)
-        rmsnorm(xn, post_attn_norm[layer], rms_eps, xn)  # in place: row by row, read first
-        add_inplace(x, xn)
-        rmsnorm(x, ffn_norm[layer], rms_eps, xn)
+        add_rmsnorm(x, xn, post_attn_norm[layer], rms_eps, ffn_norm[layer], xn)
         project_as(isa, wgu, layer, xn, qbuf, gu, q8k[2, layer])  # (n, 2 n_ff)
-        geglu(gu, n_ff, gelu_table, hid)
+        gelu_mul(isa, gu, n_ff, gelu_table, hid)
         project_as(isa, wdown, layer, hid, qbuf, xn, q8k[3, layer])  # (n, n_embd)
-        rmsnorm(xn, post_ffn_norm[layer], rms_eps, xn)
-        add_inplace(x, xn)
+        if layer + 1 < n_layers:
+            add_rmsnorm(x, xn, post_ffn_norm[layer], rms_eps, attn_norm[layer + 1], xn)
+        else:
+            add_rmsnorm(x, xn, post_ffn_norm[layer], rms_eps, no_norm, xn)
 
-    n_out = logits_rows.shape[0]
     sel = np.empty((n_out, n_embd), np.float32)
     for r in range(n_out):
-        sel[r] = x[logits_rows[r]]
+        sel[r] = x[out_rows[r]]
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
     project_as(isa, head, 0, xn_out, qbuf, logits, q8k[4, 0])

@@ -48,17 +48,36 @@ def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> Drive:
     return Drive(start, all_first, time.perf_counter(), after)
 
 
-def _kv_mb(plan: BenchPlan, tokens: int) -> float:
-    """kv_cache_mb that gives a pool of exactly `tokens` slots (16-token blocks)."""
+MAX_BATCHED = 512  # the engine's max_num_batched_tokens in every run here
+
+
+def _kv_mb(plan: BenchPlan, tokens: int, max_seqs: int) -> float:
+    """kv_cache_mb that gives a main pool of exactly `tokens` slots (16-token blocks).
+
+    Where the runner keeps sliding-window layers in a pool of their own (gemma3 on the Numba
+    backend), only the global layers get `tokens` slots; the sliding pool gets the blocks the
+    engine sizes for max_seqs sequences (engine/sliding_window.py), not `tokens` of them."""
     from localinfer.backend import get_backend
+    from localinfer.engine.sliding_window import pool_blocks_for
     from localinfer.gguf_file import open_gguf
     from localinfer.model_config import ModelConfig
 
     with open_gguf(plan.model) as g:
         config = ModelConfig.from_gguf(g, strict_arch=plan.backend == "numba")
-    per_token = get_backend(plan.backend).kv_bytes_per_token(config)
+    runner_cls = get_backend(plan.backend)
+    per_token = runner_cls.kv_bytes_per_token(config)
     blocks = round_up(tokens, 16) // 16
-    return (blocks + 0.5) * 16 * per_token / 2**20
+    n_sliding = sum(config.swa_layers) if config.sliding_window > 0 else 0
+    if not (0 < n_sliding < config.n_layers and getattr(runner_cls, "sliding_window_pool",
+                                                         False)):
+        return (blocks + 0.5) * 16 * per_token / 2**20
+    per_layer = per_token // config.n_layers
+    g_block = 16 * per_layer * (config.n_layers - n_sliding)
+    s_block = 16 * per_layer * n_sliding
+    swa = pool_blocks_for(config.sliding_window, 16, max_seqs, MAX_BATCHED, blocks)
+    # size_kv_pools then gives the global layers (budget - sliding pool) // g_block = blocks,
+    # or, when the sliding pool is capped at `blocks`, both pools `blocks` (half a block spare)
+    return (blocks * g_block + swa * s_block + g_block / 2) / 2**20
 
 
 def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
@@ -67,8 +86,8 @@ def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
     options = ({"n_gpu_layers": plan.n_gpu_layers, "flash_attn": plan.flash_attn}
                if plan.backend == "llamacpp" else None)
     return LLM(plan.model, backend=plan.backend, threads=plan.threads, max_model_len=ctx,
-               kv_cache_mb=_kv_mb(plan, ctx), max_num_seqs=max_seqs,
-               max_num_batched_tokens=512, enable_prefix_caching=False,
+               kv_cache_mb=_kv_mb(plan, ctx, max_seqs), max_num_seqs=max_seqs,
+               max_num_batched_tokens=MAX_BATCHED, enable_prefix_caching=False,
                backend_options=options)
 
 

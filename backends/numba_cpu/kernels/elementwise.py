@@ -8,22 +8,119 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
+
+PARALLEL_ROWS = 8  # below this many rows a parallel region costs more than it saves
+GROUP = 4  # rows normed together: their sums of squares run as independent add chains
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
+def _inv_rms(total, dim, eps):
+    mean = np.float32(total / dim)
+    return np.float32(1.0) / np.float32(math.sqrt(mean + eps))
+
+
+@njit(nogil=True)
+def rms_scale(row, eps):
+    """1 / rms(row) in f32, the sum of squares in double like ggml_float."""
+    total = 0.0
+    for j in range(row.shape[0]):
+        v = row[j]
+        total += v * v
+    return _inv_rms(total, row.shape[0], eps)
+
+
+@njit(nogil=True)
+def rms_scale4(a, b, c, d, eps):
+    """rms_scale of four rows at once.  Each row's sum is a serial chain of double adds (its
+    order fixes the result), latency-bound on its own; four chains side by side keep the adder
+    busy and give each row exactly rms_scale's value."""
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    for j in range(a.shape[0]):
+        v0 = a[j]
+        v1 = b[j]
+        v2 = c[j]
+        v3 = d[j]
+        t0 += v0 * v0
+        t1 += v1 * v1
+        t2 += v2 * v2
+        t3 += v3 * v3
+    n = a.shape[0]
+    return _inv_rms(t0, n, eps), _inv_rms(t1, n, eps), _inv_rms(t2, n, eps), _inv_rms(t3, n, eps)
+
+
+@njit(nogil=True)
+def scale_row(row, scale, weight, out):
+    """out = (row * scale) * weight, element by element (out may be row)."""
+    for j in range(row.shape[0]):
+        out[j] = (row[j] * scale) * weight[j]
+
+
+@njit(nogil=True)
+def _rmsnorm_group(x, i0, weight, eps, out):
+    """Rows i0 .. i0 + GROUP - 1 of rmsnorm (fewer at the end of the batch)."""
+    if i0 + GROUP <= x.shape[0]:
+        s = rms_scale4(x[i0], x[i0 + 1], x[i0 + 2], x[i0 + 3], eps)
+        for r in range(GROUP):
+            scale_row(x[i0 + r], s[r], weight, out[i0 + r])
+    else:
+        for i in range(i0, x.shape[0]):
+            scale_row(x[i], rms_scale(x[i], eps), weight, out[i])
+
+
+@njit(cache=True, nogil=True, parallel=True)
 def rmsnorm(x, weight, eps, out):
-    """x (n_tokens, dim) -> out (n_tokens, dim) = x / rms(x) * weight."""
-    n_tokens, dim = x.shape
-    for i in range(n_tokens):
-        total = 0.0  # float64, like ggml_float
-        for j in range(dim):
-            v = x[i, j]
-            total += v * v
-        mean = np.float32(total / dim)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + eps))
-        for j in range(dim):
-            out[i, j] = (x[i, j] * scale) * weight[j]
+    """x (n_tokens, dim) -> out (n_tokens, dim) = x / rms(x) * weight (out may be x)."""
+    n_groups = (x.shape[0] + GROUP - 1) // GROUP
+    if x.shape[0] < PARALLEL_ROWS:
+        for g in range(n_groups):
+            _rmsnorm_group(x, g * GROUP, weight, eps, out)
+    else:
+        for g in prange(n_groups):
+            _rmsnorm_group(x, g * GROUP, weight, eps, out)
+
+
+@njit(nogil=True)
+def _add_normed(x, y, scale, weight):
+    for j in range(x.shape[0]):
+        x[j] += (y[j] * scale) * weight[j]
+
+
+@njit(nogil=True)
+def _add_rmsnorm_group(x, y, i0, weight, eps, next_weight, out):
+    """Rows i0 .. i0 + GROUP - 1 of add_rmsnorm (fewer at the end of the batch)."""
+    norm_next = next_weight.shape[0] > 0
+    if i0 + GROUP <= x.shape[0]:
+        s = rms_scale4(y[i0], y[i0 + 1], y[i0 + 2], y[i0 + 3], eps)
+        for r in range(GROUP):
+            _add_normed(x[i0 + r], y[i0 + r], s[r], weight)
+        if norm_next:
+            s = rms_scale4(x[i0], x[i0 + 1], x[i0 + 2], x[i0 + 3], eps)
+            for r in range(GROUP):
+                scale_row(x[i0 + r], s[r], next_weight, out[i0 + r])
+    else:
+        for i in range(i0, x.shape[0]):
+            _add_normed(x[i], y[i], rms_scale(y[i], eps), weight)
+            if norm_next:
+                scale_row(x[i], rms_scale(x[i], eps), next_weight, out[i])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def add_rmsnorm(x, y, weight, eps, next_weight, out):
+    """x += rmsnorm(y) * weight, then out = rmsnorm(x) * next_weight (when next_weight has
+    any elements), row by row: gemma3's post-norm, residual add and the next pre-norm in one
+    pass, each value computed as rmsnorm + add_inplace + rmsnorm compute it.  out may be y;
+    without a next norm it is left alone."""
+    n_groups = (x.shape[0] + GROUP - 1) // GROUP
+    if x.shape[0] < PARALLEL_ROWS:
+        for g in range(n_groups):
+            _add_rmsnorm_group(x, y, g * GROUP, weight, eps, next_weight, out)
+    else:
+        for g in prange(n_groups):
+            _add_rmsnorm_group(x, y, g * GROUP, weight, eps, next_weight, out)
 
 
 @njit(cache=True, nogil=True)
