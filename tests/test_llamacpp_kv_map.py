@@ -1,5 +1,6 @@
 """KVMap (the llama.cpp backend's block -> llama.cpp sequence bookkeeping) on a fake memory
-that tracks cells exactly as llama.cpp's unified cache does: a cell is (position, set of seq ids)."""
+that tracks cells exactly as llama.cpp's unified cache does (a cell is a position and a set of
+seq ids), and on one that copies only whole streams, as its per-sequence streams do."""
 
 from __future__ import annotations
 
@@ -94,3 +95,60 @@ def test_resuming_at_the_wrong_position_is_a_bookkeeping_error() -> None:
     kv.prepare(0, [0], 0, [1, 2])
     with pytest.raises(RuntimeError, match="resumes at 3"):
         kv.prepare(0, [0], 3, [4])
+
+
+class StreamMemory(FakeMemory):
+    """llama.cpp's per-sequence streams: a cross-stream copy takes the whole source stream
+    (any narrower range is refused, as llama.cpp asserts) and replaces the destination's."""
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        assert p0 < 0 and p1 < 0, "llama.cpp copies only whole streams"
+        for cell, (_, seqs) in list(self.cells.items()):
+            seqs.discard(dst)
+            if not seqs:
+                del self.cells[cell]
+        for pos, seqs in list(self.cells.values()):
+            if src in seqs:
+                self.cells[self._next] = (pos, {dst})
+                self._next += 1
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        super().seq_rm(seq, max(p0, 0), p1 if p1 >= 0 else 1 << 30)
+
+
+def test_stream_copy_takes_the_longest_holder_and_trims_it() -> None:
+    mem = StreamMemory()
+    kv = KVMap(mem, BS, n_seq_max=4, max_seq_len=32)
+    step(kv, mem, 0, [0, 1, 2, 3], 0, 14)  # blocks 0-2 full, block 3 half
+    step(kv, mem, 1, [0, 5], 4, 4)  # shares block 0 only: its copy of seq 0 is trimmed
+    assert mem.positions(kv.live[1]) == list(range(8))
+    kv.free(1, [0, 5], cached={0, 5})
+    kv.free(0, [0, 1, 2, 3], cached={0, 1, 2})
+    # blocks 0-2 are held by seq 0's stream alone (block 5 by seq 1's): the copy of
+    # stream 0 is cut at position 12, nothing is recomputed
+    assert step(kv, mem, 2, [0, 1, 2, 7], 12, 2) == 0
+    me = kv.live[2]
+    assert mem.positions(me) == list(range(14))
+    assert kv.prefix_tokens_copied == 4 + 12 and kv.prefix_tokens_recomputed == 0
+    assert kv.cell_blocks()[me] == {0, 1, 2, 7}
+
+
+def test_stream_copy_recomputes_past_the_holders_run() -> None:
+    mem = StreamMemory()
+    kv = KVMap(mem, BS, n_seq_max=4, max_seq_len=32)
+    step(kv, mem, 0, [0, 1], 0, 8)
+    kv.free(0, [0, 1], cached={0, 1})
+    step(kv, mem, 1, [0, 2], 4, 4)  # copies block 0 from seq 0's stream, writes block 2
+    kv.free(1, [0, 2], cached={0, 2})
+    # block 0 lives in one stream, block 2 in another (seq 0's copy of it was dropped):
+    # one whole-stream copy brings block 0, block 2 is recomputed in the same decode
+    assert step(kv, mem, 2, [0, 2, 9], 8, 1) == 4
+    assert mem.positions(kv.live[2]) == list(range(9))
+    assert kv.prefix_tokens_recomputed == 4
+
+
+def test_a_sequence_past_its_stream_is_refused_not_truncated() -> None:
+    kv = KVMap(StreamMemory(), BS, n_seq_max=2, max_seq_len=8)
+    kv.prepare(0, [0, 1], 0, list(range(8)))
+    with pytest.raises(RuntimeError, match="past its llama.cpp stream of 8 cells"):
+        kv.prepare(0, [0, 1, 2], 8, [9])

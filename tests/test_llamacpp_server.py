@@ -1,5 +1,6 @@
 """`localinfer serve --backend llamacpp`: the real uvicorn server over the llama.cpp backend on
-SmolLM2, driven by the real openai client (the server tests' harness, another backend).
+SmolLM2, driven by the real openai client (the server tests' harness, another backend), in both KV
+layouts (the unified pool the auto rule picks here, and one stream per sequence).
 
 Concurrent streams are held to the llama.cpp backend's parity rule (tests/
 test_llamacpp_backend.py): batched llama.cpp decoding is not bitwise batch-invariant on CPU, so
@@ -29,12 +30,21 @@ PROMPTS = ["Name a fruit.", "What is 2+2?", "Say hello in French.", "Name a plan
 IDLE_BOUND_S = 10.0  # an abort waits for the step in progress on a busy 2-core machine
 
 
-@pytest.fixture(scope="module")
-def server(smollm2_path: Path):
+KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2  # SmolLM2-135M: 30 layers, 3 KV heads of 64, f16
+
+
+@pytest.fixture(scope="module", params=["auto", "streams"])
+def server(smollm2_path: Path, request):
     # one thread: llama.cpp's spinning thread barrier crawls on a busy, shared 2-core machine
+    layout = {}
+    if request.param == "streams":  # one KV stream of 512 cells per sequence (-np 16 slots)
+        layout = {"backend_options": {"kv_unified": False},
+                  "kv_cache_mb": (16 * 512 + 8) * KV_BYTES_PER_TOKEN / 2**20}
     config = ServerConfig(model=str(smollm2_path), served_model_name=MODEL, backend="llamacpp",
-                          max_model_len=512, max_num_seqs=16, threads=1)
+                          max_model_len=512, max_num_seqs=16, threads=1, **layout)
     srv = ServerThread(config, smollm2_path).start()
+    runner = srv.state.llm.engine.runner
+    assert runner.kv_unified == (request.param == "auto") and srv.state.max_model_len == 512
     yield srv
     srv.stop()
 

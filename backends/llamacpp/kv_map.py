@@ -9,8 +9,11 @@ runner keeps this map beside the engine's BlockManager (which stays the authorit
   and the llama.cpp sequence ids whose cells hold its K/V (`holders`);
 - a new sequence whose first scheduled position is > 0 had its prefix blocks served by the
   engine's prefix cache: their K/V are copied (llama_memory_seq_cp) from a holder, block by
-  block; from the first block without a holder on, the runner recomputes them from the
-  recorded token ids (prepended to the sequence's tokens in the same llama_decode);
+  block in a unified pool; with one stream per sequence id (max_seq_len set) llama.cpp
+  copies only whole streams, so the holder of the longest run of leading prefix blocks is
+  copied and the copy trimmed past that run; from the first block not copied on, the
+  runner recomputes them from the recorded token ids (prepended to the sequence's tokens
+  in the same llama_decode);
 - when the engine frees a sequence (finished, aborted, preempted), its cells are removed
   except for blocks the engine keeps in its prefix cache; a block's cells are kept under one
   holder only, and a freed sequence whose id still holds cached blocks is "retired";
@@ -20,7 +23,9 @@ runner keeps this map beside the engine's BlockManager (which stays the authorit
   dropped (counted as `evicted_holders`); later hits on its blocks are recomputed.
 
 So llama.cpp holds cells only for blocks the engine has allocated or cached, at most one
-set per block id: n_ctx = num_blocks * block_size cells always suffice.
+set per block id: n_ctx = num_blocks * block_size cells always suffice in a unified pool.
+With streams, a sequence id's cells are its stream's: the engine keeps every sequence within
+max_seq_len tokens and the live ones within n_seq_max, and prepare checks both.
 """
 
 from __future__ import annotations
@@ -53,10 +58,13 @@ class SeqInput:
 
 
 class KVMap:
-    def __init__(self, memory: KVMemory, block_size: int, n_seq_max: int) -> None:
+    def __init__(self, memory: KVMemory, block_size: int, n_seq_max: int,
+                 max_seq_len: int | None = None) -> None:
         self.memory = memory
         self.block_size = block_size
         self.n_seq_max = n_seq_max
+        # one stream of max_seq_len cells per sequence id (None: one unified pool)
+        self.max_seq_len = max_seq_len
         self.live: dict[int, int] = {}  # engine seq id -> llama.cpp seq id
         self.next_pos: dict[int, int] = {}  # engine seq id -> next position to write
         self.records: dict[int, BlockRecord] = {}  # block id -> record
@@ -87,6 +95,9 @@ class KVMap:
             )
         me = self.live[seq_id]
         pos, end = first_pos, first_pos + len(tokens)
+        if self.max_seq_len is not None and end > self.max_seq_len:
+            raise RuntimeError(f"seq {seq_id} reaches position {end}, past its llama.cpp "
+                               f"stream of {self.max_seq_len} cells")
         while pos < end:  # one pass per block written, not per token
             index = pos // bs
             block_id = table[index]
@@ -106,14 +117,19 @@ class KVMap:
 
     def _admit(self, me: int, cached: list[int]) -> list[int]:
         """Copy the cached prefix blocks' cells into `me`; recompute from the first block
-        that has no holder. Returns the token ids to recompute."""
+        not copied. Returns the token ids to recompute."""
         bs = self.block_size
-        prefix: list[int] = []
         for i, block_id in enumerate(cached):
             rec = self.records.get(block_id)
             if rec is None or rec.index != i or len(rec.tokens) != bs:
                 raise RuntimeError(f"prefix block {block_id} (#{i}) was never written here")
-            if not prefix and rec.holders:
+        n_copied = 0
+        if self.max_seq_len is not None and cached:
+            n_copied = self._copy_stream(me, cached)
+        prefix: list[int] = []
+        for i, block_id in enumerate(cached[n_copied:], n_copied):
+            rec = self.records[block_id]
+            if self.max_seq_len is None and not prefix and rec.holders:
                 src = next(iter(rec.holders))
                 self.memory.seq_cp(src, me, i * bs, (i + 1) * bs)
                 self._hold(me, block_id, rec)
@@ -128,6 +144,27 @@ class KVMap:
             prefix.extend(rec.tokens)
             self.prefix_tokens_recomputed += bs
         return prefix
+
+    def _copy_stream(self, me: int, cached: list[int]) -> int:
+        """Streams: copy the whole stream of the holder with the longest run of leading
+        prefix blocks into `me` (llama.cpp copies the buffers at the next decode, before
+        that decode writes anything), then drop the copied cells past that run. Returns
+        the number of blocks copied."""
+        best, n_best = -1, 0
+        for h in self.records[cached[0]].holders:
+            n = 1
+            while n < len(cached) and h in self.records[cached[n]].holders:
+                n += 1
+            if n > n_best:
+                best, n_best = h, n
+        if not n_best:
+            return 0
+        self.memory.seq_cp(best, me, -1, -1)
+        self.memory.seq_rm(me, n_best * self.block_size, -1)
+        for block_id in cached[:n_best]:
+            self._hold(me, block_id, self.records[block_id])
+        self.prefix_tokens_copied += n_best * self.block_size
+        return n_best
 
     def _claim(self, block_id: int, index: int, me: int) -> BlockRecord:
         """`me` writes a block that holds other contents (or none yet): evict those cells."""
@@ -174,7 +211,8 @@ class KVMap:
 
     def clear(self) -> None:
         """Forget everything (the caller clears llama.cpp's memory)."""
-        self.__init__(self.memory, self.block_size, self.n_seq_max)  # type: ignore[misc]
+        self.__init__(self.memory, self.block_size, self.n_seq_max,  # type: ignore[misc]
+                      self.max_seq_len)
 
     # -- holders ------------------------------------------------------------------------------
 

@@ -1,10 +1,22 @@
 """LlamaCppModelRunner: llama.cpp's decoder under localinfer's scheduler and block manager.
 
 One engine step is one llama_decode carrying every scheduled sequence's tokens (decodes and
-prefill chunks), each token tagged with its sequence's llama.cpp sequence id. The KV cache is
-one unified pool of num_blocks * block_size cells shared by all sequences (kv_unified), so
-the engine's block budget is llama.cpp's cell budget; kv_map.KVMap says which llama.cpp
-sequence holds which block and turns prefix-cache hits into llama_memory_seq_cp.
+prefill chunks), each token tagged with its sequence's llama.cpp sequence id. The engine's
+pool of num_blocks * block_size cells is llama.cpp's KV cache, laid out one of two ways:
+
+- per-sequence streams (kv_unified off, as llama-server's slots): one stream of
+  n_ctx / n_streams cells per llama.cpp sequence id, so a token attends only to its own
+  sequence's cells (16 served sequences of ~250 tokens: ~18% less CPU time than in the
+  unified pool, whose masked cells of other sequences still cost).
+  A stream caps a sequence's length and the streams cap the live sequences; the engine
+  honours both (fit_kv). Prefix reuse copies a whole stream, then trims it.
+- one unified pool (kv_unified on): any sequence may use every cell, so the engine's
+  block budget is llama.cpp's cell budget; prefix reuse copies single blocks.
+
+The engine picks the layout when it is created (fit_kv): streams when every one of its
+max_num_seqs sequences gets a stream that holds max_model_len tokens, else the unified
+pool; the kv_unified option forces either. kv_map.KVMap says which llama.cpp sequence holds
+which block and turns prefix-cache hits into llama_memory_seq_cp.
 """
 
 from __future__ import annotations
@@ -61,6 +73,7 @@ class LlamaCppModelRunner(ModelRunner):
         n_seq_max: int | None = None,
         n_ubatch: int = 512,
         flash_attn: bool | None = None,
+        kv_unified: bool | None = None,
     ) -> None:
         super().__init__(gguf, config, num_blocks=num_blocks, block_size=block_size,
                          threads=threads, progress=progress)
@@ -90,46 +103,85 @@ class LlamaCppModelRunner(ModelRunner):
             raise UnsupportedModelError(
                 f"llama.cpp sees {self.n_vocab} tokens, the GGUF metadata {config.n_vocab}")
         self.n_cells = num_blocks * block_size
-        max_seqs = lib.llama_max_parallel_sequences()
-        # every live or retired sequence holds >= 1 cell, so n_cells ids always suffice
-        # (and llama.cpp wants n_seq_max <= n_batch)
-        self.n_seq_max = min(n_seq_max or max_seqs, max_seqs, self.n_cells)
-        cparams = lib.llama_context_default_params()
-        cparams.n_ctx = self.n_cells
+        self.n_seq_max_option = n_seq_max
+        self.kv_unified_option = kv_unified
+        cparams = self._cparams = lib.llama_context_default_params()
         cparams.n_batch = self.n_cells  # a step never writes more tokens than there are cells
         cparams.n_ubatch = min(n_ubatch, self.n_cells)
-        cparams.n_seq_max = self.n_seq_max
-        cparams.kv_unified = True  # one cell pool for all sequences, as the engine's blocks
         # sliding-window layers keep every cell too: a copied prefix must be complete
         cparams.swa_full = True
         cparams.n_threads = cparams.n_threads_batch = self.threads
         cparams.no_perf = True
         # None (default): llama.cpp decides, as llama-server does; on CPU that is on, and
-        # flash attention skips the masked cells of the other sequences in the unified
-        # pool (+20-30% aggregate decode at 16 sequences here). False: as llama-cpp-python's
-        # Llama, whose greedy outputs ours then equal bit for bit
+        # flash attention skips masked cells (those of other sequences in the unified
+        # pool). False: as llama-cpp-python's Llama, whose greedy outputs ours then equal
+        # bit for bit
         if flash_attn is not None:
             cparams.flash_attn_type = int(flash_attn)
-        self._ctx = lib.llama_init_from_model(self._model, cparams)
-        if not self._ctx:
-            self.close()
-            raise UnsupportedModelError(
-                f"llama.cpp could not create a context of {self.n_cells} KV cells")
-        self._memory = lib.llama_get_memory(self._ctx)
-        self.kv = KVMap(self, block_size, self.n_seq_max)
+        # set by fit_kv (the engine calls it; execute falls back to the unified pool)
+        self.kv_unified = True
+        self.n_seq_max = 0
+        self.max_seq_len = self.n_cells  # longest sequence a llama.cpp sequence id holds
+        self.kv: KVMap | None = None
         self._buf = BatchBuffer(lib, self.n_cells)
         self.tokens_decoded = 0  # tokens sent to llama_decode, recomputed prefixes included
         self.decode_calls = 0
+
+    # -- the KV cache layout -----------------------------------------------------------------
+
+    def fit_kv(self, max_num_seqs: int, max_model_len: int) -> tuple[int, int | None]:
+        """Create the llama.cpp context for an engine that runs up to max_num_seqs
+        sequences of up to max_model_len tokens. Returns (the longest sequence, the most
+        live sequences; None: no limit) that this layout holds, for the engine to honour."""
+        if self._ctx is not None:
+            raise RuntimeError("the llama.cpp context exists already")
+        max_seqs = self.lib.llama_max_parallel_sequences()
+        streams = min(self.n_seq_max_option or max_num_seqs, max_seqs, self.num_blocks)
+        blocks_per_stream = self.num_blocks // streams
+        unified = self.kv_unified_option
+        if unified is None:  # streams only where they shorten no sequence
+            unified = streams < 2 or blocks_per_stream * self.block_size < max_model_len
+        if unified:
+            # every live or retired sequence holds >= 1 cell, so n_cells ids always suffice
+            # (and llama.cpp wants n_seq_max <= n_batch)
+            self._create_context(min(self.n_seq_max_option or max_seqs, max_seqs,
+                                     self.n_cells), unified=True, n_ctx=self.n_cells)
+            return self.n_cells, None
+        # llama.cpp pads each stream to a multiple of 256 cells (as it does llama-server's
+        # slots); the engine keeps to its own pool, so the padding cells stay unused
+        self.max_seq_len = blocks_per_stream * self.block_size
+        self._create_context(streams, unified=False, n_ctx=streams * self.max_seq_len)
+        return self.max_seq_len, streams
+
+    def _create_context(self, n_seq_max: int, *, unified: bool, n_ctx: int) -> None:
+        cparams = self._cparams
+        cparams.n_ctx = n_ctx
+        cparams.n_seq_max = n_seq_max
+        cparams.kv_unified = unified
+        self._ctx = self.lib.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            layout = "unified" if unified else f"{n_seq_max} streams"
+            raise UnsupportedModelError(
+                f"llama.cpp could not create a context of {n_ctx} KV cells ({layout})")
+        got = self.lib.llama_n_ctx(self._ctx)
+        if got < n_ctx:
+            self.close()
+            raise UnsupportedModelError(f"llama.cpp gave {got} KV cells, asked for {n_ctx}")
+        self.kv_unified, self.n_seq_max = unified, n_seq_max
+        self._memory = self.lib.llama_get_memory(self._ctx)
+        self.kv = KVMap(self, self.block_size, n_seq_max,
+                        max_seq_len=None if unified else self.max_seq_len)
 
     # -- counters --------------------------------------------------------------------------
 
     @property
     def prefix_tokens_copied(self) -> int:
-        return self.kv.prefix_tokens_copied
+        return self.kv.prefix_tokens_copied if self.kv is not None else 0
 
     @property
     def prefix_tokens_recomputed(self) -> int:
-        return self.kv.prefix_tokens_recomputed
+        return self.kv.prefix_tokens_recomputed if self.kv is not None else 0
 
     # -- KVMemory, for KVMap ------------------------------------------------------------------
 
@@ -155,9 +207,13 @@ class LlamaCppModelRunner(ModelRunner):
                 f"batch block_size {batch.block_size} != runner block_size {self.block_size}")
         if batch.num_tokens == 0:
             return np.zeros((0, self.n_vocab), np.float32)
+        if self.kv is None:  # no engine sized it: the unified pool
+            self.fit_kv(1, self.n_cells)
+        kv = self.kv
+        assert kv is not None
         starts = batch.seq_starts
-        inputs = [self.kv.prepare(seq_id, batch.block_tables[i], batch.positions[starts[i]],
-                                  batch.token_ids[starts[i]:starts[i + 1]])
+        inputs = [kv.prepare(seq_id, batch.block_tables[i], batch.positions[starts[i]],
+                             batch.token_ids[starts[i]:starts[i + 1]])
                   for i, seq_id in enumerate(batch.seq_ids)]
         rows = np.asarray(batch.logits_indices, np.int64)
         lengths = np.diff(np.asarray(starts, np.int64))
@@ -202,7 +258,8 @@ class LlamaCppModelRunner(ModelRunner):
         return out
 
     def free_sequence(self, seq_id: int, block_table: list[int], cached: set[int]) -> None:
-        self.kv.free(seq_id, block_table, cached)
+        if self.kv is not None:
+            self.kv.free(seq_id, block_table, cached)
 
     def close(self) -> None:
         if self._ctx:

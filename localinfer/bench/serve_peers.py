@@ -6,7 +6,8 @@
 
 Servers (--peers picks some, in this order by default):
   localinfer           `localinfer serve` (numba backend)
-  localinfer-llamacpp  `localinfer serve --backend llamacpp`
+  localinfer-llamacpp  `localinfer serve --backend llamacpp --kv-unified off` with one KV
+                       stream per sequence, each as big as a llama-server slot
   llama-server         llama.cpp's own server, -np 16 slots, -t THREADS
   llama-cpp-python     `python -m llama_cpp.server --interrupt_requests False` (its default,
                        True, aborts a running stream whenever another request arrives)
@@ -61,13 +62,16 @@ def peer_command(name: str, a: argparse.Namespace, port: int, max_c: int) -> Pee
                str(port), "--threads", t, "--max-num-seqs", str(max(16, max_c)),
                "--log-level", "warning"]
         if name == "localinfer-llamacpp":
-            cmd += ["--backend", "llamacpp"]
+            # one KV stream per sequence of as many cells as a llama-server slot below
+            slots = max(16, max_c)
+            cmd += ["--backend", "llamacpp", "--kv-unified", "off",
+                    "--kv-cache-mb", f"{kv_cache_mb(model, slots * slot_ctx(a)):.4f}"]
         return Peer(name, cmd, "/health")
     if name == "llama-server":
         if not a.llama_server:
             raise SystemExit("llama-server: pass --llama-server PATH (or --peers without it)")
         slots = max(16, max_c)
-        ctx = slots * (a.prompt_len + a.max_tokens + CTX_SLACK)
+        ctx = slots * slot_ctx(a)
         return Peer(name, [a.llama_server, "-m", model, "-np", str(slots), "-c", str(ctx),
                            "-t", t, "-tb", t, "--host", "127.0.0.1", "--port", str(port)],
                     "/health")
@@ -77,6 +81,23 @@ def peer_command(name: str, a: argparse.Namespace, port: int, max_c: int) -> Pee
                            "--port", str(port), "--interrupt_requests", "False"],
                     "/v1/models")
     raise SystemExit(f"unknown peer {name!r} (known: {', '.join(PEERS)})")
+
+
+def slot_ctx(a: argparse.Namespace) -> int:
+    """KV cells of one llama-server slot (and of one localinfer-llamacpp stream)."""
+    return -(-(a.prompt_len + a.max_tokens + CTX_SLACK) // 16) * 16
+
+
+def kv_cache_mb(model: str, cells: int) -> float:
+    """--kv-cache-mb for a llamacpp-backend pool of `cells` KV cells (16-token blocks)."""
+    from localinfer.backend import get_backend
+    from localinfer.gguf_file import open_gguf
+    from localinfer.model_config import ModelConfig
+
+    with open_gguf(model) as g:
+        config = ModelConfig.from_gguf(g, strict_arch=False)
+    per_token = get_backend("llamacpp").kv_bytes_per_token(config)
+    return (cells + 8) * per_token / 2**20  # a few cells spare: the engine rounds down
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:

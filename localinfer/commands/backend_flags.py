@@ -21,6 +21,12 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
                         "decide, as llama-server does (on for CPU: many sequences skip each "
                         "other's KV cells); off gives outputs bit-equal to llama-cpp-python's "
                         "Llama")
+    p.add_argument("--kv-unified", choices=("auto", "on", "off"), default="auto",
+                   help="llamacpp backend: KV layout; off gives each sequence its own stream "
+                        "of the pool (as llama-server's slots: less attention work, but a "
+                        "sequence holds at most pool / --max-num-seqs tokens), on one pool "
+                        "shared by all; auto (default) takes streams only where they "
+                        "shorten no sequence")
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -28,10 +34,13 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.n_gpu_layers < 0:
         raise InvalidRequestError(f"invalid --n-gpu-layers: must be >= 0, got {args.n_gpu_layers}")
     if args.backend != "llamacpp":
+        kv_unified = getattr(args, "kv_unified", "auto")
         for flag, value, default in (("--n-gpu-layers", args.n_gpu_layers, 0),
-                                     ("--flash-attn", args.flash_attn, "auto")):
+                                     ("--flash-attn", args.flash_attn, "auto"),
+                                     ("--kv-unified", kv_unified, "auto")):
             if value != default:
                 raise InvalidRequestError(f"{flag} needs --backend llamacpp")
         return None
-    flash = {"auto": None, "on": True, "off": False}[args.flash_attn]
-    return {"n_gpu_layers": args.n_gpu_layers, "flash_attn": flash}
+    choice = {"auto": None, "on": True, "off": False}
+    return {"n_gpu_layers": args.n_gpu_layers, "flash_attn": choice[args.flash_attn],
+            "kv_unified": choice[getattr(args, "kv_unified", "auto")]}

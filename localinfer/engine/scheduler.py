@@ -39,6 +39,9 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: the newest is last
         self.seqs: dict[int, Sequence] = {}  # every unfinished sequence by id
         self.num_preemptions = 0
+        # most sequences admitted at once, where the runner's KV layout limits it (None: no
+        # limit beyond max_num_seqs per step)
+        self.max_running: int | None = None
         # the sliding-window layers' own KV pool, when the model has such layers (LLMEngine)
         self.sliding: SlidingWindowPool | None = None
 
@@ -83,6 +86,8 @@ class Scheduler:
         admit = self.num_preemptions == num_preemptions
         while admit and self.waiting and budget >= 1 and len(scheduled) < self.config.max_num_seqs:
             seq = self.waiting[0]
+            if self.max_running is not None and len(self.running) >= self.max_running:
+                break
             if not self.block_manager.can_allocate(seq):
                 break  # first come, first served: later requests wait too
             n = min(seq.num_uncomputed_tokens, budget)
