@@ -210,3 +210,14 @@ def test_other_architectures_run_where_numba_refuses(monkeypatch: pytest.MonkeyP
         res = model.generate(["The capital of France is"],
                              SamplingParams(max_tokens=4, temperature=0.0))[0]
         assert "Paris" in res.text
+
+
+def test_only_llamacpp_errors_reach_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """ggml's levels: 3 WARN and 2 INFO stay quiet, 4 ERROR prints, and a 5 CONT line
+    follows the message it continues."""
+    from localinfer.backends.llamacpp import bindings
+
+    for level, text in ((2, b"info\n"), (3, b"warn "), (5, b"warn tail\n"), (4, b"error "),
+                        (5, b"error tail\n"), (3, b"warn again\n")):
+        bindings._forward(level, text, None)
+    assert capsys.readouterr().err == "error error tail\n"

@@ -73,6 +73,13 @@ def quiet_logs(llama_cpp: ModuleType) -> None:
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
+_LOG_ERROR, _LOG_CONT = 4, 5  # ggml_log_level (3 is WARN)
+_last_level = 0  # a CONT line continues the previous message, at that message's level
+
+
 def _forward(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    if level == 3:  # GGML_LOG_LEVEL_ERROR
+    global _last_level
+    if level != _LOG_CONT:
+        _last_level = level
+    if _last_level == _LOG_ERROR:
         sys.stderr.write(text.decode("utf-8", "replace"))
