@@ -5,6 +5,8 @@ features (llvmlite reports them), overridable with LOCALINFER_ISA or the runner'
     avx2     AVX2 + FMA + F16C: the same tiles as two 8-row halves in 256-bit vectors; integer
              dot products by vpdpbusd ymm where the host has AVX-VNNI (or AVX-512 VNNI + VL),
              else by the vpmaddubsw/vpmaddwd pair
+    neon     AArch64 NEON + dot product (ARMv8.2-A dotprod): the avx2 kernels' 8-row halves in
+             pairs of 128-bit registers, integer dot products by SDOT (simd/neon.py)
     generic  plain Numba loops every machine can run (the reference the fast paths match)
 
 The choice reaches the jitted step as an argument of a Numba type of its own (IsaType), whose
@@ -15,6 +17,7 @@ specialization of the one llama step.
 from __future__ import annotations
 
 import os
+import platform
 
 from numba import types
 from numba.extending import NativeValue, box, models, register_model, typeof_impl, unbox
@@ -26,14 +29,51 @@ ISA_ENV = "LOCALINFER_ISA"
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "avx512": ("avx512f", "avx512bw", "avx512vnni", "f16c"),
     "avx2": ("avx2", "fma", "f16c"),
+    "neon": ("neon", "dotprod"),
     "generic": (),
 }
+
+# Linux AArch64 AT_HWCAP bits (asm/hwcap.h) -> LLVM feature names
+AT_HWCAP = 16
+HWCAP_BITS = {1 << 1: "neon", 1 << 10: "fullfp16", 1 << 20: "dotprod"}
 
 
 def host_features() -> set[str]:
     import llvmlite.binding as ll
 
-    return {name for name, on in ll.get_host_cpu_features().items() if on}
+    have = {name for name, on in ll.get_host_cpu_features().items() if on}
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        have |= arm_features()
+    return have
+
+
+def arm_features(hwcap: int | None = None, cpu: str | None = None) -> set[str]:
+    """NEON extensions of an AArch64 host that Numba's code can use.
+
+    LLVM's feature list leaves dotprod out even where the CPU has it (it parses only a few
+    /proc/cpuinfo flags), so the kernel's hwcaps (`hwcap`: AT_HWCAP bits, read here when None)
+    say what the CPU has; Apple silicon has all of these from M1 on.  Code is compiled for
+    Numba's CPU name (`cpu`), so dotprod counts only when that is a named core, whose LLVM
+    definition carries its extensions (NUMBA_CPU_NAME may name one, as the arm64 tests under
+    qemu do), or NUMBA_CPU_FEATURES adds it: for "generic" LLVM would refuse to emit SDOT."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    if hwcap is None and platform.system() == "Darwin":
+        caps = {"neon", "fullfp16", "dotprod"}
+    else:
+        if hwcap is None:
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.getauxval.restype = ctypes.c_ulong
+            libc.getauxval.argtypes = [ctypes.c_ulong]
+            hwcap = libc.getauxval(AT_HWCAP)
+        caps = {name for bit, name in HWCAP_BITS.items() if hwcap & bit}
+    cpu = cpu or config.CPU_NAME or ll.get_host_cpu_name()
+    if cpu == "generic" and "+dotprod" not in (config.CPU_FEATURES or ""):
+        caps.discard("dotprod")
+    return caps
 
 
 def resolve_isa(requested: str | None = None) -> str:
@@ -62,7 +102,8 @@ def host_has_vnni256(have: set[str] | None = None) -> bool:
 
 class Isa:
     """A Python handle for an ISA name, passed to jitted code.  `vnni` (avx2 only): use
-    vpdpbusd ymm; None = whatever the host has (False forces the vpmaddubsw pair, for tests)."""
+    vpdpbusd ymm; None = whatever the host has (False forces the vpmaddubsw pair, for tests).
+    neon has one dot product (SDOT), so vnni stays False there."""
 
     __slots__ = ("name", "vnni")
 
