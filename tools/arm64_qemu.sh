@@ -45,7 +45,10 @@ need_root() {
 
 if ! command -v qemu-aarch64-static >/dev/null; then
     need_root "installing qemu-user-static"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null
+    # a fresh machine's package lists may be stale or absent: update once and retry
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null ||
+        { apt-get update -qq &&
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null; }
 fi
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     need_root "enabling the arm64 apt architecture"
