@@ -153,10 +153,11 @@ def check_isa_auto() -> None:
 
 
 def check_instructions() -> None:
-    """The NEON primitives compile to SDOT (both byte dot products), fcvtl / fcvtn (f16 to and
-    from f32) and prfm (prefetch): a small fresh function, as cached code has no assembly."""
+    """The 8-lane primitives compiled for neon give SDOT (both byte dot products), fcvtl /
+    fcvtn (f16 to and from f32) and prfm (prefetch): a small fresh function, as cached code
+    has no assembly."""
     from localinfer.backends.numba_cpu.isa import Isa
-    from localinfer.backends.numba_cpu.simd.neon import (
+    from localinfer.backends.numba_cpu.simd.avx2 import (
         vadd,
         vbcast4,
         vdot_q8,
@@ -198,9 +199,9 @@ def check_instructions() -> None:
 
 def check_quantize_and_swiglu() -> None:
     from localinfer.backends.numba_cpu.kernels.elementwise import swiglu
-    from localinfer.backends.numba_cpu.kernels.elementwise_neon import (
-        quantize_rows_neon,
-        swiglu_neon,
+    from localinfer.backends.numba_cpu.kernels.elementwise_avx2 import (
+        quantize_rows_avx2,
+        swiglu_avx2,
     )
     from localinfer.backends.numba_cpu.kernels.quantize import quantize_rows
 
@@ -209,7 +210,7 @@ def check_quantize_and_swiglu() -> None:
     x = (rng.standard_normal((n, cols)) * rng.uniform(0, 50, (n, 1))).astype(np.float32)
     x[2, :32] = 0.0  # an all-zero block
     outs = []
-    for fn in (quantize_rows, quantize_rows_neon):
+    for fn in (quantize_rows, quantize_rows_avx2):
         bufs = (np.zeros((n, cols), np.int8), np.zeros((n, 3), np.float32),
                 np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32))
         fn(x, *bufs)
@@ -220,7 +221,7 @@ def check_quantize_and_swiglu() -> None:
     gu[0, :8] = [-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4, -1e-30]
     ref, got = np.zeros((n, 32), np.float32), np.zeros((n, 32), np.float32)
     swiglu(gu, 32, ref)
-    swiglu_neon(gu, 32, got)
+    swiglu_avx2(gu, 32, got)
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-30)
 
 
@@ -245,9 +246,9 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
     """The NEON KV write == the generic one (transposed); attention as close to exact as the
     generic kernel; a token alone == the same token in the batch, for any thread count."""
     from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
-    from localinfer.backends.numba_cpu.kernels.attention_neon import (
-        attention_neon,
-        write_kv_neon,
+    from localinfer.backends.numba_cpu.kernels.attention_avx2 import (
+        attention_avx2,
+        write_kv_avx2,
     )
 
     n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 40
@@ -263,7 +264,7 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
     kt = np.zeros((n_blocks, n_kv, hd, bs), np.uint16)
     vt = np.zeros((n_blocks, n_kv, bs, hd), np.uint16)
     write_kv(qkv, n_heads * hd, (n_heads + n_kv) * hd, n_kv, hd, slots, bs, kg, vg)
-    write_kv_neon(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
+    write_kv_avx2(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
     np.testing.assert_array_equal(kt, kg.transpose(0, 2, 3, 1))
     np.testing.assert_array_equal(vt, vg.transpose(0, 2, 1, 3))
     new = slice(start, start + n_tok)
@@ -275,7 +276,7 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
     for t in range(1, threads + 1):
         got = np.zeros_like(ref)
         scratch = np.zeros((t, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
-        attention_neon(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt,
+        attention_avx2(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt,
                        scale, scratch, got)
         assert np.abs(got - exact).max() <= 2 * np.abs(ref - exact).max()
         outs.append(got)
@@ -285,7 +286,7 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
         one = np.zeros((1, n_heads * hd), np.float32)
         row = slice(start + i, start + i + 1)
         scratch = np.zeros((1, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
-        attention_neon(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
+        attention_avx2(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
                        scale, scratch, one)
         np.testing.assert_array_equal(one[0], outs[0][i])
 

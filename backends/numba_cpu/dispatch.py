@@ -4,7 +4,8 @@ the IsaType the step receives (isa.py), so llama.py wires one forward pass for e
 Weight stacks differ per path (weights.py): the generic path reads WeightStack 7-tuples
 (quants/packed.py layouts), the avx512 and avx2 paths TileStack 6-tuples (quants/tiles.py
 layout; avx2 and neon read each 16-row tile as two 8-row halves) and the same transposed KV
-layout.
+layout.  neon runs the avx2 kernels: their 8-lane vectors are target-independent LLVM IR but
+for the byte dot products, which the IsaType turns into SDOT (simd/neon.py).
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ from .isa import IsaType
 from .kernels.attention import attention, write_kv
 from .kernels.attention_avx2 import attention_avx2, write_kv_avx2
 from .kernels.attention_avx512 import attention_avx512, write_kv_avx512
-from .kernels.attention_neon import attention_neon, write_kv_neon
 from .kernels.elementwise import swiglu
 from .kernels.elementwise_avx2 import quantize_rows_avx2, swiglu_avx2
 from .kernels.elementwise_avx512 import quantize_rows_avx512, swiglu_avx512
-from .kernels.elementwise_neon import quantize_rows_neon, swiglu_neon
 from .kernels.matmul import matmul_f32
 from .kernels.matmul_avx2 import matmul_tiles_avx2
 from .kernels.matmul_avx512 import embed_tiles, matmul_tiles
-from .kernels.matmul_neon import matmul_tiles_neon
 from .linear import embed_rows, linear
 from .quants.packed import KIND_F32, KIND_Q4
 
@@ -55,17 +53,11 @@ def _silu_mul(isa, gate_up, n_ff, out):
         def generic(isa, gate_up, n_ff, out):
             swiglu(gate_up, n_ff, out)
         return generic
-    # -- avx2 (8 lanes)
-    if isa.isa == "avx2":
+    # -- avx2 and neon (8 lanes)
+    if isa.isa in ("avx2", "neon"):
         def avx2(isa, gate_up, n_ff, out):
             swiglu_avx2(gate_up, n_ff, out)
         return avx2
-    # --
-    # -- neon (8 lanes in two q registers)
-    if isa.isa == "neon":
-        def neon(isa, gate_up, n_ff, out):
-            swiglu_neon(gate_up, n_ff, out)
-        return neon
     # --
 
     def fast(isa, gate_up, n_ff, out):
@@ -81,8 +73,8 @@ def _project(isa, ws, layer, x, qbuf, out):
         def generic(isa, ws, layer, x, qbuf, out):
             linear(ws, layer, x, qbuf, out)
         return generic
-    avx2 = isa.isa == "avx2"  # the same tiles, read as 8-row halves (matmul_avx2.py)
-    neon = isa.isa == "neon"  # -- neon: 8-row halves too (matmul_neon.py) --
+    # the same tiles, read as 8-row halves (matmul_avx2.py; SDOT on neon)
+    avx2 = isa.isa in ("avx2", "neon")
 
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
@@ -100,11 +92,6 @@ def _project(isa, ws, layer, x, qbuf, out):
             matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
                               xq, xd, xi, xs, out)
             return
-        if neon:  # -- neon
-            quantize_rows_neon(x, xq[:, :cols], xd, xi, xs)
-            matmul_tiles_neon(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
-                              xq, xd, xi, xs, out)
-            return  # --
         quantize_rows_avx512(x, xq[:, :cols], xd, xi, xs)
         matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
                      out)
@@ -144,8 +131,8 @@ def _attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_table
             attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                       block_size, k_pool, v_pool, scale, out, window)
         return generic
-    # -- avx2 (8 lanes, same pool layout as avx512)
-    if isa.isa == "avx2":
+    # -- avx2 and neon (8 lanes, same pool layout as avx512)
+    if isa.isa in ("avx2", "neon"):
         def avx2(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                  block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
             write_kv_avx2(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool,
@@ -153,16 +140,6 @@ def _attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_table
             attention_avx2(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                            block_size, k_pool, v_pool, scale, scratch, out, window)
         return avx2
-    # --
-    # -- neon (8 lanes in two q registers, same pool layout as avx512)
-    if isa.isa == "neon":
-        def neon(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                 block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
-            write_kv_neon(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool,
-                          v_pool)
-            attention_neon(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                           block_size, k_pool, v_pool, scale, scratch, out, window)
-        return neon
     # --
 
     def fast(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,

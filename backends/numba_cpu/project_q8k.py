@@ -14,7 +14,6 @@ from .isa import IsaType
 from .kernels.matmul import matmul_f32, matmul_q4, matmul_q8
 from .kernels.matmul_avx2 import matmul_tiles_avx2
 from .kernels.matmul_avx512 import matmul_tiles
-from .kernels.matmul_neon import matmul_tiles_neon
 from .kernels.quantize_q8k import quantize_rows_q8k
 from .quants.packed import KIND_F32, KIND_Q4
 
@@ -47,8 +46,8 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
                 matmul_q8(q[layer], d[layer], m[layer], xq, xd, xs, out)
         return generic
 
-    avx2 = isa.isa == "avx2"  # the same tiles, read as 8-row halves (matmul_avx2.py)
-    neon = isa.isa == "neon"  # and so does matmul_neon.py
+    # the same tiles, read as 8-row halves (matmul_avx2.py; SDOT on neon)
+    avx2 = isa.isa in ("avx2", "neon")
 
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
@@ -64,10 +63,6 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
         quantize_rows_q8k(x, xq[:, :cols], xd, xi, xs)
         if avx2:
             matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
-                              xq, xd, xi, xs, out)
-            return
-        if neon:
-            matmul_tiles_neon(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
                               xq, xd, xi, xs, out)
             return
         matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,

@@ -1,5 +1,5 @@
-"""256-bit vectors for Numba kernels, the AVX2 counterpart of simd/avx512.py (same names, same
-semantics, half the lanes):
+"""8-lane vectors for Numba kernels, the AVX2 counterpart of simd/avx512.py (same names, same
+semantics, half the lanes), also compiled for AArch64 NEON (simd/neon.py):
 
     F32x8  = <8 x float>   eight float32 lanes (one output row of a half weight tile each)
     I32x8  = <8 x i32>     eight int32 lanes; also the view of 32 bytes (<32 x i8>), four bytes
@@ -7,13 +7,15 @@ semantics, half the lanes):
 
 Loads take an array and a flat element offset into its C-contiguous data (no bounds checks).
 Float ops carry no fast-math flags, so a lane computes bit for bit what the scalar expression
-computes.  Valid where the host has AVX2 + FMA + F16C (isa.py).
+computes.  Valid where the host has AVX2 + FMA + F16C, or NEON + dotprod (isa.py): everything
+but the byte dot products is target-independent LLVM IR.
 
 The byte dot products take the kernel's IsaType first: its `vnni` flag picks, at compile time,
 vpdpbusd ymm (AVX-VNNI, or AVX-512 VNNI + VL) or the AVX2 pair vpmaddubsw + vpmaddwd.  The pair
 sums two u8 x s8 products into a saturating int16 first, so it is exact only while those sums
 fit: 4-bit codes (<= 15) against int8 activations always do; 8-bit weights go through
-vdot_q8, which uses the sign trick instead (|w| against sign(w) * x, both fit).
+vdot_q8, which uses the sign trick instead (|w| against sign(w) * x, both fit).  An IsaType
+named neon makes them SDOT instead (simd/neon.py), so kernels/*_avx2.py serve both ISAs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
+from . import neon
 from .vexp import COEFFS, LN2_HI, LN2_LO, LOG2E
 
 _F32 = ir.FloatType()
@@ -303,14 +306,20 @@ def _vnni(isa) -> bool:
     return bool(getattr(isa, "vnni", False))
 
 
+def _neon(isa) -> bool:
+    return getattr(isa, "isa", "") == "neon"
+
+
 @intrinsic
 def vdpbusd(typingctx, isa, acc, u, s):
     """acc[l] += sum over k<4 of u8(u bytes 4l+k) * s8(s bytes 4l+k).  Exact when every pair
     sum fits int16 on the AVX2 fallback (u <= 128 against |s| <= 127: 4-bit codes do)."""
-    vnni = _vnni(isa)
+    vnni, on_neon = _vnni(isa), _neon(isa)
 
     def codegen(context, builder, sig, args):
         _, a, uu, ss = args
+        if on_neon:
+            return neon.sdot_u4(builder, a, uu, ss)
         if vnni:
             return _call(builder, "llvm.x86.avx512.vpdpbusd.256", V8I, [a, uu, ss])
         return builder.add(a, _madd_pair(builder, uu, ss))
@@ -323,10 +332,12 @@ def vdot_q8(typingctx, isa, acc, u, s):
     VNNI: acc += sum u * s (offset included; the kernel subtracts 128 * sum s per block).
     AVX2: acc += sum w * s (no offset: |w| against sign(w) * s keeps every pair sum below
     2 * 128 * 127 < 2**15), so the kernel's offset is q8_offset(isa) = 0 there."""
-    vnni = _vnni(isa)
+    vnni, on_neon = _vnni(isa), _neon(isa)
 
     def codegen(context, builder, sig, args):
         _, a, uu, ss = args
+        if on_neon:
+            return neon.sdot_q8(builder, a, uu, ss)
         if vnni:
             return _call(builder, "llvm.x86.avx512.vpdpbusd.256", V8I, [a, uu, ss])
         w = builder.xor(builder.bitcast(uu, V32B), ir.Constant(V32B, [0x80] * 32))
@@ -338,7 +349,8 @@ def vdot_q8(typingctx, isa, acc, u, s):
 
 @intrinsic
 def q8_offset(typingctx, isa):
-    """The code offset the kernel subtracts for 8-bit weights after vdot_q8 (128 or 0)."""
+    """The code offset the kernel subtracts for 8-bit weights after vdot_q8 (128 or 0; never
+    on neon, whose vdot_q8 is a flip and SDOT)."""
     off = 128 if _vnni(isa) else 0
     return types.int64(isa), lambda ctx, builder, sig, args: ir.Constant(ir.IntType(64), off)
 
