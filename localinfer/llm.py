@@ -40,6 +40,10 @@ class GenerationResult:
 
     def add(self, out: RequestOutput, start: float) -> None:
         """Fold one streamed delta in; `start` is when the request was made (perf_counter)."""
+        if out.error is not None:
+            from localinfer.structured.spec import StructuredOutputError
+
+            raise StructuredOutputError(out.error)
         now = time.perf_counter()
         if out.token_ids and not self.token_ids:
             self.ttft_s = now - start

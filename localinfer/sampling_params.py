@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from localinfer.errors import InvalidRequestError
+from localinfer.structured.spec import StructuredOutput
 
 MAX_LOGPROBS = 20  # as the OpenAI API caps top_logprobs
 
@@ -26,6 +27,8 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the top k
+    # constrain the output (JSON Schema, regex, grammar, choice): token masks, engine-side
+    structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -60,6 +63,8 @@ class SamplingParams:
             raise bad("logprobs", f"must be an integer in [0, {MAX_LOGPROBS}]")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", "stop strings must be non-empty strings")
+        if self.structured is not None and not isinstance(self.structured, StructuredOutput):
+            raise bad("structured", "must be a StructuredOutput")
 
     @property
     def greedy(self) -> bool:

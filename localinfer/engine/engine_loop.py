@@ -20,6 +20,7 @@ from localinfer.engine.llm_engine import LLMEngine
 from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.errors import LocalInferError
 from localinfer.sampling_params import SamplingParams
+from localinfer.structured.spec import StructuredOutputError
 
 
 class QueueFullError(LocalInferError):
@@ -212,6 +213,10 @@ class EngineLoop:
             for out in outputs:
                 handle = self._handles.get(out.seq_id)
                 if handle is None:
+                    continue
+                if out.error is not None:  # this request failed alone
+                    handle._put(_Failure(StructuredOutputError(out.error)))
+                    del self._handles[out.seq_id]
                     continue
                 handle._put(out)
                 if out.finished:

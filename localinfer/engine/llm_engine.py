@@ -1,10 +1,17 @@
 """LLMEngine: requests in, streamed RequestOutputs out; one step = one forward pass.
 
     batch  = scheduler.schedule()              # which tokens of which sequences
-    logits = runner.execute(batch)              # the backend
+    masker.start(guides)                        # constrained sequences: token masks, filled
+    logits = runner.execute(batch)              #   while the backend runs the forward pass
+    masker.apply(logits, ...)                   # disallowed tokens -> -inf
     tokens = sampler(logits, seqs)              # per-request sampling
     seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks
+    guides advance on the sampled tokens        # a complete grammar finishes with "stop"
     then text: incremental detokenization and stop strings
+
+Structured output is the engine's, not the backend's: every runner returns plain logits and
+the same masks apply to all of them. A sequence whose matcher fails (an llguidance resource
+limit) ends alone, with the error in its last output; the others carry on.
 
 Context policy: a prompt longer than the usable context (max_model_len, or the KV pool if
 that is smaller) is rejected at add_request with ContextLengthExceededError. A prompt that
@@ -15,6 +22,7 @@ when it reaches the context limit.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import numpy as np
@@ -26,11 +34,12 @@ from localinfer.engine.config import EngineConfig
 from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
-from localinfer.engine.sequence import Sequence
+from localinfer.engine.sequence import Sequence, SequenceStatus
 from localinfer.engine.sliding_window import SlidingWindowPool, min_pool_blocks
 from localinfer.engine.text_stream import TextStream
 from localinfer.errors import ContextLengthExceededError, InvalidRequestError
 from localinfer.sampling_params import SamplingParams
+from localinfer.structured.guide import GuideFactory
 
 
 class LLMEngine:
@@ -80,6 +89,8 @@ class LLMEngine:
             self.scheduler.sliding = self.sliding
             self.block_manager.limit_hits = self.sliding.limit_hits
         self.sampler = Sampler()
+        self.guides = GuideFactory(tokenizer)  # compiled constraints, shared by requests
+        self.masker: Any = None  # structured.masks.Masker, made for the first constrained step
         self.streams: dict[int, TextStream] = {}
         self._seq_ids = itertools.count()
         self._pending: list[RequestOutput] = []  # abort outputs, emitted by the next step
@@ -110,6 +121,7 @@ class LLMEngine:
                 exc.args = (f"{exc} (the KV cache holds {self.max_model_len} tokens)",)
             raise exc
         params.validate()
+        guide = None if params.structured is None else self.guides.guide(params.structured)
         seq_id = next(self._seq_ids)
         seq = Sequence(
             seq_id=seq_id,
@@ -118,6 +130,7 @@ class LLMEngine:
             sampling_params=params,
             prompt_logits=prompt_logits,
             generator=make_generator(params),
+            guide=guide,
         )
         self.streams[seq_id] = TextStream(
             self.detokenizer_cls(self.tokenizer), params.stop, params.include_stop_str_in_output
@@ -142,11 +155,15 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch is None:
             return outputs
+        guided = self._start_masks(batch)
         logits = self.runner.execute(batch)
         sample_seqs, sample_rows = self._collect_logits(batch, logits)
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]
+        if guided:
+            self.masker.apply(rows, [(i, guided[seq.seq_id]) for i, seq in
+                                     enumerate(sample_seqs) if seq.seq_id in guided])
         tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
         logprobs = {
@@ -154,12 +171,51 @@ class LLMEngine:
             for i, seq in enumerate(sample_seqs)
             if seq.sampling_params.logprobs is not None
         }
-        for seq in self.scheduler.postprocess(batch, sampled):
+        updated = self.scheduler.postprocess(batch, sampled)
+        errors = self._advance_guides(updated) if guided else {}
+        for seq in updated:
             out = self._process_token(seq)
             if seq.seq_id in logprobs:
                 out.logprobs = [logprobs[seq.seq_id]]
+            out.error = errors.get(seq.seq_id)
             outputs.append(out)
         return outputs
+
+    def _start_masks(self, batch: ScheduledBatch) -> dict[int, int]:
+        """Start filling the masks of the constrained sequences that sample this step;
+        returns seq_id -> mask index."""
+        guided: dict[int, int] = {}
+        guides = []
+        for i, seq_id in enumerate(batch.seq_ids):
+            seq = self.scheduler.seqs.get(seq_id)
+            if seq is not None and seq.guide is not None and (
+                    batch.context_lens[i] == seq.num_tokens):
+                guided[seq_id] = len(guides)
+                guides.append(seq.guide)
+        if guides:
+            if self.masker is None:
+                from localinfer.structured.masks import Masker
+
+                self.masker = Masker(self.guides.ll_tokenizer.vocab_size)
+            self.masker.start(guides)
+        return guided
+
+    def _advance_guides(self, updated: list[Sequence]) -> dict[int, str]:
+        """Feed each constrained sequence's new token to its matcher: a complete grammar
+        finishes the sequence ("stop"); a matcher error ends it alone (returned by seq_id)."""
+        t0 = time.perf_counter()
+        errors: dict[int, str] = {}
+        for seq in updated:
+            guide = seq.guide
+            if guide is None or seq.is_finished:
+                continue
+            if not guide.consume(seq.last_token_id) or guide.error:
+                errors[seq.seq_id] = f"structured output failed: {guide.error or 'refused'}"
+                self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
+            elif guide.is_stopped:
+                self.scheduler.finish_stopped(seq)
+        self.masker.end_step(time.perf_counter() - t0)
+        return errors
 
     def _collect_logits(
         self, batch: ScheduledBatch, logits: np.ndarray

@@ -33,6 +33,7 @@ class RequestOutput:
     first_token_time: float | None
     prompt_logits: np.ndarray | None = None  # (n_prompt, n_vocab) float32, when asked for
     logprobs: list[TokenLogprob] | None = None  # one per token in token_ids, when asked for
+    error: str | None = None  # why the request failed alone (finish_reason "abort")
 
 
 @dataclass(slots=True)

@@ -50,6 +50,7 @@ class Sequence:
     prompt_logits: bool = False  # return logits of every prompt position (score())
     prompt_logits_rows: list[Any] = field(default_factory=list)  # np rows, filled by the engine
     generator: Any = None  # numpy Generator of this request (seeded if params.seed is set)
+    guide: Any = None  # structured.Guide: the grammar matcher of a constrained request
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)
     first_scheduled_time: float | None = None

@@ -1,0 +1,100 @@
+"""Guide: one sequence's grammar matcher; GuideFactory compiles constraints once per model.
+
+A grammar is compiled into an llguidance matcher the first time a request uses it (a few ms
+for a typical schema; llguidance drops the GIL meanwhile), validated — an error or a schema
+feature llguidance does not implement raises StructuredOutputError naming it — and kept as a
+prototype; each sequence gets a copy of the prototype (microseconds). `prepare()` may run on any
+thread: the server calls it on a worker thread while validating the request, so the engine
+thread only ever copies.
+
+The matcher's state is the sequence's output tokens, which preemption (recompute) never
+changes: a preempted sequence keeps its matcher as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from localinfer.structured.spec import StructuredOutput, StructuredOutputError
+from localinfer.structured.tokenizer import ll_tokenizer
+
+if TYPE_CHECKING:
+    from localinfer.tokenizer.base import Tokenizer
+
+MAX_PROTOTYPES = 64
+
+
+class Guide:
+    """The matcher of one constrained sequence."""
+
+    __slots__ = ("matcher",)
+
+    def __init__(self, matcher: Any) -> None:
+        self.matcher = matcher
+
+    def consume(self, token_id: int) -> bool:
+        """Advance by a sampled token; False if the grammar refused it (an error state)."""
+        return bool(self.matcher.consume_token(token_id))
+
+    @property
+    def is_stopped(self) -> bool:
+        """The grammar is complete and can take no further token (EOS aside)."""
+        return bool(self.matcher.is_stopped())
+
+    @property
+    def error(self) -> str:
+        return str(self.matcher.get_error()) if self.matcher.is_error() else ""
+
+
+class GuideFactory:
+    """Compiled constraints of one model (its tokenizer), shared by all its requests."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._prototypes: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def ll_tokenizer(self) -> Any:
+        return ll_tokenizer(self.tokenizer)
+
+    def prepare(self, spec: StructuredOutput) -> Any:
+        """The compiled prototype matcher of `spec`; raises StructuredOutputError."""
+        grammar = spec.grammar_text()
+        with self._lock:
+            proto = self._prototypes.get(grammar)
+            if proto is not None:
+                self._prototypes.move_to_end(grammar)
+                return proto
+        proto = self._compile(spec, grammar)
+        with self._lock:
+            self._prototypes[grammar] = proto
+            while len(self._prototypes) > MAX_PROTOTYPES:
+                self._prototypes.popitem(last=False)
+        return proto
+
+    def guide(self, spec: StructuredOutput) -> Guide:
+        return Guide(self.prepare(spec).deep_copy())
+
+    def _compile(self, spec: StructuredOutput, grammar: str) -> Any:
+        from llguidance import LLMatcher
+
+        matcher = LLMatcher(self.ll_tokenizer, grammar, log_level=0)
+        problems = [matcher.get_error()] if matcher.is_error() else []
+        # warnings are features llguidance would not enforce: never run those unconstrained
+        problems += matcher.get_grammar_warnings()
+        if problems:
+            raise StructuredOutputError(f"invalid {spec.describe()}: {_first_line(problems)}")
+        return matcher
+
+
+def _first_line(messages: list[str]) -> str:
+    """llguidance appends the grammar source under its message; keep the message."""
+    text = "; ".join(m.strip() for m in messages if m.strip()) or "rejected by llguidance"
+    lines = text.splitlines()
+    head = lines[0]
+    # a regex parse error puts the reason a few lines down ("error: ...")
+    reason = next((ln.strip() for ln in lines[1:] if ln.strip().startswith("error:")), "")
+    return f"{head} ({reason})" if reason and reason not in head else head
