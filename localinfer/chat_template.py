@@ -97,8 +97,13 @@ class ChatTemplate:
         env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(self.source)
+            from jinja2 import meta
+
+            variables = meta.find_undeclared_variables(env.parse(self.source))
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
+        # Qwen 2.5's template renders `tools` and tool turns itself; others get them as text
+        self.renders_tools = "tools" in variables
 
     @classmethod
     def from_gguf(cls, metadata: dict[str, Any], tokenizer: Any | None = None) -> ChatTemplate:

@@ -155,13 +155,14 @@ class LLM:
 
     # -- prompts -----------------------------------------------------------------------------
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids for a text prompt, a chat (chat template applied) or ids as given."""
+    def encode(self, prompt: Prompt, **template_vars: Any) -> list[int]:
+        """Token ids for a text prompt, a chat (chat template applied, with `template_vars`
+        such as `tools`) or ids as given."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special=True, parse_special=False)
         if isinstance(prompt, Sequence) and prompt and all(isinstance(t, int) for t in prompt):
             return list(prompt)  # type: ignore[arg-type]
-        text = self.chat_template.render(prompt, add_generation_prompt=True)
+        text = self.chat_template.render(prompt, add_generation_prompt=True, **template_vars)
         ids = self.tokenizer.encode(text, add_special=True, parse_special=True)
         bos = self.tokenizer.bos_id
         # templates often write the BOS text themselves; never feed it twice

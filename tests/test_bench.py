@@ -13,7 +13,8 @@ import pytest
 from gguf_factory import write_tiny_llama
 
 from localinfer.bench import llama_bench, report
-from localinfer.bench.plan import BenchPlan
+from localinfer.bench.plan import STRUCTURED_COUNTS, BenchPlan
+from localinfer.bench.structured import short_runs
 
 METRICS = [
     "prefill_tps", "decode_tps", "decode_tps_pos1000",
@@ -93,6 +94,35 @@ def test_table_without_peer() -> None:
     text = report.table(doc, plan)
     assert text.splitlines()[0].split() == ["metric", "localinfer"]
     assert "2000" in text  # TTFT shown in ms
+
+
+def test_structured_group(smollm2_path: Path) -> None:
+    """The --structured group in its worker process, quick sizes: every row positive, and the
+    constrained runs decoded the full token budget (the endless schema never completes)."""
+    pytest.importorskip("llguidance")
+    plan = BenchPlan.make(str(smollm2_path), 1, n_ctx_train=2048, quick=True)
+    plan.structured = True
+    proc = subprocess.run(
+        [sys.executable, "-m", "localinfer.bench.worker", "localinfer", "structured",
+         plan.to_json()], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    result = json.loads(proc.stdout.splitlines()[-1])
+    for n in STRUCTURED_COUNTS:
+        assert result[f"structured_tokens_{n}"] == n * plan.agg_tokens
+        assert result[f"mask_added_{n}"]["n"] == n * plan.agg_tokens  # each step masks
+    doc = report.build(plan, {"localinfer": {"structured": result}, "llamacpp": None})
+    for m in report.structured_defs():
+        assert doc["metrics"][m.key]["localinfer"] > 0, m.key
+        assert doc["metrics"][m.key]["llamacpp"] is None
+    for n in STRUCTURED_COUNTS:
+        assert doc["metrics"][f"structured_tps_{n}"]["ratio"] > 0
+    text = report.table(doc, plan)
+    assert text.splitlines()[0].split() == ["metric", "localinfer", "ratio"]
+    assert "structured: first mask of a new schema (ms)" in text
+    assert "structured decode, 16 sequences (tok/s)" in text
+    assert short_runs(result) == [] and short_runs({**result, "structured_tokens_1": 3}) == [
+        f"structured decode, 1 sequence: only 3 of {plan.agg_tokens} tokens, not a "
+        "like-for-like comparison"]
 
 
 LLAMA_BENCH_JSON = """[

@@ -38,6 +38,9 @@ def run_all(plan: BenchPlan, peer: bool, peer_bench: str | None) -> dict[str, An
     for group in ("single", "batch"):
         for side in sides:
             steps.append((side, group, lambda st, s=side, g=group: _child(s, g, plan, st)))
+    if plan.structured:  # ours only: llama.cpp has no constrained decoding to compare
+        steps.append(("localinfer", "structured",
+                      lambda st: _child("localinfer", "structured", plan, st)))
     if peer_bench:
         from localinfer.bench import llama_bench
 
@@ -46,7 +49,7 @@ def run_all(plan: BenchPlan, peer: bool, peer_bench: str | None) -> dict[str, An
     raw: dict[str, Any] = {side: {} for side in sides}
     stage = Stage()
     titles = {"start": "start-up", "single": "single stream", "batch": "aggregate decode",
-              "native": "llama-bench binary"}
+              "structured": "structured output", "native": "llama-bench binary"}
     for i, (side, group, fn) in enumerate(steps, 1):
         who = NAMES.get(side, "llama-bench")
         stage.prefix = f"[bench {i}/{len(steps)}] {who} {titles[group]}: "

@@ -9,6 +9,8 @@ import numpy as np
 
 # aggregate decode: this many sequences added at once
 AGGREGATE_COUNTS = (1, 4, 16, 64)
+# structured-output decode (--structured): constrained vs unconstrained at these counts
+STRUCTURED_COUNTS = (1, 16)
 
 
 @dataclass(slots=True)
@@ -33,6 +35,8 @@ class BenchPlan:
     tg_reps: int = 2
     ttft_reps: int = 5
     start_reps: int = 3
+    structured: bool = False  # also run the structured-output group (localinfer only)
+    mask_reps: int = 10  # fresh schemas timed to their first mask
     label: str = ""  # progress prefix a child shows
 
     @classmethod
@@ -40,7 +44,7 @@ class BenchPlan:
         p = cls(model=model, threads=threads, quick=quick, n_ctx_train=n_ctx_train)
         if quick:
             p.tg_tokens, p.pos_tokens, p.agg_tokens = 16, 8, 8
-            p.pp_reps, p.tg_reps, p.ttft_reps, p.start_reps = 1, 1, 1, 1
+            p.pp_reps, p.tg_reps, p.ttft_reps, p.start_reps, p.mask_reps = 1, 1, 1, 1, 3
         # a model with a short context gets shorter runs, never an error
         room = n_ctx_train - 1
         p.pp_tokens = min(p.pp_tokens, room)
@@ -64,6 +68,12 @@ class BenchPlan:
         """KV tokens of the aggregate group: every sequence of the largest run at once."""
         per_seq = round_up(self.agg_prompt + self.agg_tokens, 16)
         return round_up(max(self.agg_counts) * per_seq, 256)
+
+    @property
+    def structured_ctx(self) -> int:
+        """KV tokens of the structured group: its largest run, all sequences at once."""
+        per_seq = round_up(self.agg_prompt + self.agg_tokens, 16)
+        return round_up(max(STRUCTURED_COUNTS) * per_seq, 256)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

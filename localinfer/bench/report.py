@@ -2,7 +2,8 @@
 
 A ratio above 1 always means localinfer is better: ours/peer for tok/s, peer/ours for times
 and memory. Aggregate decode is also given against llama.cpp's single-stream decode, the
-comparison the performance targets use.
+comparison the performance targets use. The structured-output rows (--structured) are
+localinfer's only; their ratio is constrained/unconstrained decode on the same engine.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.atomic_file import atomic_write
-from localinfer.bench.plan import BenchPlan
+from localinfer.bench.plan import STRUCTURED_COUNTS, BenchPlan
+from localinfer.bench.structured import short_runs
 
 SIDES = ("localinfer", "llamacpp")
 NAMES = {"localinfer": "localinfer", "llamacpp": "llama.cpp"}
@@ -27,9 +29,10 @@ class Metric:
     label: str
     unit: str
     higher_is_better: bool
-    group: str  # single, batch or start
+    group: str  # single, batch, start or structured
     field: str
     scale: float = 1.0  # display unit per stored unit (s -> ms: 1000)
+    baseline: str | None = None  # ratio against this metric of ours, not against the peer
 
 
 def metric_defs(plan: BenchPlan) -> list[Metric]:
@@ -45,7 +48,7 @@ def metric_defs(plan: BenchPlan) -> list[Metric]:
         label = f"aggregate decode, {n} sequence{'s' if n > 1 else ''}"
         defs.append(Metric(f"aggregate_tps_{n}", label, "tok/s", True, "batch",
                            f"aggregate_tps_{n}"))
-    return defs + [
+    defs += [
         Metric("ttft_s", f"TTFT, {p.ttft_prompt}-token prompt", "ms", False, "single", "ttft_s",
                1000.0),
         Metric("peak_rss_mb_single", "peak RSS, single-stream process", "MB", False, "single",
@@ -59,6 +62,30 @@ def metric_defs(plan: BenchPlan) -> list[Metric]:
             "warm cache" if p.backend == "numba" else "later starts"), "s", False, "start",
                "start_warm_s"),
     ]
+    return defs + (structured_defs() if p.structured else [])
+
+
+def structured_defs() -> list[Metric]:
+    ms = 1000.0
+    defs = [
+        Metric("structured_added_mean_s", "structured: mask added per sequence-step, mean", "ms",
+               False, "structured", "mask_added_mean_s", ms),
+        Metric("structured_added_p99_s", "structured: mask added per sequence-step, p99", "ms",
+               False, "structured", "mask_added_p99_s", ms),
+        Metric("structured_first_mask_s", "structured: first mask of a new schema", "ms", False,
+               "structured", "first_mask_s", ms),
+        Metric("structured_tokenizer_s", "structured: llguidance tokenizer build, once per "
+               "model", "ms", False, "structured", "ll_tokenizer_build_s", ms),
+    ]
+    for n in STRUCTURED_COUNTS:
+        seqs = f"{n} sequence{'s' if n > 1 else ''}"
+        defs += [
+            Metric(f"unconstrained_tps_{n}", f"unconstrained decode, {seqs}", "tok/s", True,
+                   "structured", f"unconstrained_tps_{n}"),
+            Metric(f"structured_tps_{n}", f"structured decode, {seqs}", "tok/s", True,
+                   "structured", f"structured_tps_{n}", baseline=f"unconstrained_tps_{n}"),
+        ]
+    return defs
 
 
 def _value(raw: dict[str, Any] | None, m: Metric) -> float | None:
@@ -87,6 +114,12 @@ def build(plan: BenchPlan, raw: dict[str, Any]) -> dict[str, Any]:
         if m.group == "batch" and m.field.startswith("aggregate"):
             entry["ratio_vs_llamacpp_single"] = _ratio(ours, peer_tg, True)
         metrics[m.key] = entry
+    for m in metric_defs(plan):
+        if m.baseline is not None:
+            e = metrics[m.key]
+            e["ratio"] = _ratio(e["localinfer"], metrics[m.baseline]["localinfer"],
+                                m.higher_is_better)
+            e["ratio_of"] = m.baseline
     derived = {
         f"decode_pos{plan.pos_prompt}_over_pos{plan.tg_prompt}": {
             side: _ratio(metrics["decode_tps_pos1000"][side], metrics["decode_tps"][side], True)
@@ -110,13 +143,17 @@ def host_info() -> dict[str, Any]:
 def _fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
+    if unit == "ms" and v < 10:  # mask times are fractions of a millisecond
+        return f"{v:.3f}" if v < 1 else f"{v:.2f}"
     return f"{v:.2f}" if unit == "s" else f"{v:.0f}" if unit in ("MB", "ms") else f"{v:.1f}"
 
 
 def table(doc: dict[str, Any], plan: BenchPlan) -> str:
     has_peer = any(m["llamacpp"] is not None for m in doc["metrics"].values())
+    has_ratio = has_peer or plan.structured
     lb = doc.get("llama_bench") or {}
-    head = ["metric", "localinfer"] + (["llama.cpp", "ratio"] if has_peer else [])
+    head = ["metric", "localinfer"] + (["llama.cpp"] if has_peer else [])
+    head += ["ratio"] if has_ratio else []
     head += ["llama-bench"] if lb else []
     rows: list[list[str]] = []
     notes: list[str] = []
@@ -125,8 +162,8 @@ def table(doc: dict[str, Any], plan: BenchPlan) -> str:
         ours = e["localinfer"] * m.scale if e["localinfer"] is not None else None
         peer = e["llamacpp"] * m.scale if e["llamacpp"] is not None else None
         row = [f"{m.label} ({m.unit})", _fmt(ours, m.unit)]
-        if has_peer:
-            row += [_fmt(peer, m.unit), f"{e['ratio']:.2f}x" if e["ratio"] else "-"]
+        row += [_fmt(peer, m.unit)] if has_peer else []
+        row += [f"{e['ratio']:.2f}x" if e["ratio"] else "-"] if has_ratio else []
         if lb:
             native = lb.get(m.key) if m.key in ("prefill_tps", "decode_tps") else None
             row.append(_fmt(native["median"], m.unit) if native else "")
@@ -149,6 +186,10 @@ def table(doc: dict[str, Any], plan: BenchPlan) -> str:
     for key, sides in doc["derived"].items():
         vals = ", ".join(f"{NAMES[s]} {v:.2f}" for s, v in sides.items() if v is not None)
         notes.append(f"{key.replace('_', ' ')}: {vals}")
+    if plan.structured:
+        notes.append("structured: localinfer only; ratio = constrained/unconstrained tok/s, "
+                     f"same engine, greedy, {plan.agg_tokens} tokens per sequence on both")
+        notes += short_runs(doc["raw"]["localinfer"].get("structured"))
     notes.append("peak RSS: ru_maxrss of the child process that ran that group (interpreter, "
                  "libraries, weights, KV)")
     return "\n".join(out + [""] + notes)

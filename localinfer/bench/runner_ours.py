@@ -8,11 +8,14 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.bench.plan import BenchPlan, prompt_ids, round_up
 from localinfer.bench.progress import Stage
 from localinfer.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from localinfer.structured import StructuredOutput
 
 
 @dataclass(slots=True)
@@ -23,15 +26,18 @@ class Drive:
     all_first: float
     end: float
     tokens_after_first: int  # tokens sampled after every sequence had its first one
+    tokens: int  # every token sampled, first ones included
 
 
-def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> Drive:
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+def drive(engine: Any, prompts: list[list[int]], max_tokens: int,
+          structured: StructuredOutput | None = None) -> Drive:
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
+                            structured=structured)
     start = time.perf_counter()
     ids = {engine.add_request(p, params) for p in prompts}
     waiting_first = set(ids)
     all_first = 0.0
-    after = 0
+    after = total = 0
     while engine.has_unfinished_requests():
         decoding = not waiting_first  # this whole step is in the decode phase
         outs = engine.step()
@@ -39,13 +45,14 @@ def drive(engine: Any, prompts: list[list[int]], max_tokens: int) -> Drive:
         for out in outs:
             if out.seq_id not in ids or not out.token_ids:
                 continue
+            total += len(out.token_ids)
             if out.seq_id in waiting_first:
                 waiting_first.discard(out.seq_id)
             elif decoding:
                 after += len(out.token_ids)
         if not waiting_first and not all_first:
             all_first = now
-    return Drive(start, all_first, time.perf_counter(), after)
+    return Drive(start, all_first, time.perf_counter(), after, total)
 
 
 MAX_BATCHED = 512  # the engine's max_num_batched_tokens in every run here
@@ -80,7 +87,7 @@ def _kv_mb(plan: BenchPlan, tokens: int, max_seqs: int) -> float:
     return (blocks * g_block + swa * s_block + g_block / 2) / 2**20
 
 
-def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
+def load_llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
     from localinfer.llm import LLM
 
     options = ({"n_gpu_layers": plan.n_gpu_layers, "flash_attn": plan.flash_attn}
@@ -94,7 +101,7 @@ def _llm(plan: BenchPlan, ctx: int, max_seqs: int) -> Any:
 def single(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     """Prefill pp512, decode tg128 (from position 16) and at position ~1000, TTFT."""
     stage.show("loading model")
-    llm = _llm(plan, plan.single_ctx, 4)
+    llm = load_llm(plan, plan.single_ctx, 4)
     eng, nv = llm.engine, llm.tokenizer.n_vocab
     stage.show("warm-up")
     drive(eng, [prompt_ids(nv, 64, 1)], 4)
@@ -124,7 +131,7 @@ def single(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
 def batch(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     """Aggregate decode: N sequences added at once through the scheduler."""
     stage.show("loading model")
-    llm = _llm(plan, plan.batch_ctx, max(plan.agg_counts))
+    llm = load_llm(plan, plan.batch_ctx, max(plan.agg_counts))
     eng, nv = llm.engine, llm.tokenizer.n_vocab
     stage.show("warm-up")
     drive(eng, [prompt_ids(nv, plan.agg_prompt, 2 + i) for i in range(4)], 4)

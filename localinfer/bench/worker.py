@@ -1,6 +1,7 @@
 """One measurement group in a child process: `python -m localinfer.bench.worker SIDE GROUP PLAN`.
 
-SIDE is localinfer or llamacpp, GROUP is single, batch or start, PLAN a BenchPlan as JSON.
+SIDE is localinfer or llamacpp, GROUP is single, batch, start or structured (localinfer only),
+PLAN a BenchPlan as JSON.
 The last line on stdout is one JSON object: the group's numbers plus this process's peak RSS,
 or {"error": ...}. The start group instead writes the first generated token to stdout as soon
 as it exists, for the parent to time from process start (llama.cpp side only; the localinfer
@@ -43,14 +44,21 @@ def start_llamacpp(plan: BenchPlan) -> None:
 
 def run_group(side: str, group: str, plan: BenchPlan) -> dict[str, Any]:
     stage = Stage(plan.label)
-    if side == "localinfer":
-        from localinfer.bench import runner_ours as mod
-    elif side == "llamacpp":
-        from localinfer.bench import peer_llamacpp as mod  # type: ignore[no-redef]
+    result: dict[str, Any]
+    if group == "structured":  # localinfer's only: llama.cpp has nothing comparable
+        if side != "localinfer":
+            raise ValueError("the structured group runs on the localinfer side only")
+        from localinfer.bench import structured
+
+        result = structured.run(plan, stage)
     else:
-        raise ValueError(f"unknown side {side!r}")
-    result: dict[str, Any] = mod.single(plan, stage) if group == "single" else mod.batch(
-        plan, stage)
+        if side == "localinfer":
+            from localinfer.bench import runner_ours as mod
+        elif side == "llamacpp":
+            from localinfer.bench import peer_llamacpp as mod  # type: ignore[no-redef]
+        else:
+            raise ValueError(f"unknown side {side!r}")
+        result = mod.single(plan, stage) if group == "single" else mod.batch(plan, stage)
     result["peak_rss_mb"] = peak_rss_mb()
     return result
 

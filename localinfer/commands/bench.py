@@ -28,6 +28,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregate", metavar="COUNTS", default="1,4,16,64",
                    help="concurrent sequences of the aggregate-decode rows, a comma list "
                         "(default 1,4,16,64; fewer makes a bigger model's run shorter)")
+    p.add_argument("--structured", action="store_true",
+                   help="also measure structured output (localinfer only): mask time per "
+                        "step, first mask of a new schema, constrained vs unconstrained decode")
 
 
 def main(name: str, args: argparse.Namespace) -> int:
@@ -61,6 +64,7 @@ def main(name: str, args: argparse.Namespace) -> int:
     plan.agg_counts = _aggregate_counts(args.aggregate)
     plan.backend, plan.n_gpu_layers = args.backend, options.get("n_gpu_layers", 0)
     plan.flash_attn = options.get("flash_attn")
+    plan.structured = args.structured
     raw = orchestrate.run_all(plan, peer, args.peer_bench)
     doc = report.build(plan, raw)
     if args.json is not None:

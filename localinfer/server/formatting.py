@@ -6,6 +6,8 @@ from typing import Any
 
 from localinfer.engine.outputs import TokenLogprob
 from localinfer.server.generation import ChoiceState, Job
+from localinfer.tools.parser import ToolCallParser
+from localinfer.tools.spec import ToolConfig
 
 _MIN_LOGPROB = -9999.0  # JSON has no -inf
 
@@ -13,13 +15,16 @@ _MIN_LOGPROB = -9999.0  # JSON has no -inf
 class Formatter:
     """Builds the bodies of one request; `chat` selects the chat or the completions shape."""
 
-    def __init__(self, job: Job, model: str, chat: bool, logprobs: bool) -> None:
+    def __init__(self, job: Job, model: str, chat: bool, logprobs: bool,
+                 tools: ToolConfig | None = None) -> None:
         self.job = job
         self.want_logprobs = logprobs
         self.model = model
         self.chat = chat
         self.tokenizer = job.state.llm.tokenizer
         self.object = "chat.completion" if chat else "text_completion"
+        # offered tools: each choice's text is split into content and tool calls
+        self.parsers = {c.index: ToolCallParser() for c in job.choices} if tools else {}
 
     def _envelope(self, obj: str) -> dict[str, Any]:
         return {"id": self.job.request_id, "object": obj, "created": self.job.created,
@@ -35,6 +40,18 @@ class Formatter:
 
     def _choice(self, c: ChoiceState) -> dict[str, Any]:
         logprobs = self.logprobs(c.logprobs, 0) if self.want_logprobs else None
+        if self.chat and self.parsers:
+            parser = self.parsers[c.index]
+            parser.feed(c.text)
+            parser.finish()
+            calls = [call.as_openai() for call in parser.complete_calls]
+            message: dict[str, Any] = {"role": "assistant",
+                                       "content": parser.content if parser.content or not calls
+                                       else None}
+            if calls:
+                message["tool_calls"] = calls
+            return {"index": c.index, "message": message, "logprobs": logprobs,
+                    "finish_reason": self.finish_reason(c)}
         if self.chat:
             return {"index": c.index, "message": {"role": "assistant", "content": c.text},
                     "logprobs": logprobs, "finish_reason": c.finish_reason}
@@ -60,6 +77,38 @@ class Formatter:
         body["choices"] = [choice]
         if usage_null:
             body["usage"] = None
+        return body
+
+    def finish_reason(self, c: ChoiceState) -> str | None:
+        """"tool_calls" when a choice that stopped on its own made calls."""
+        parser = self.parsers.get(c.index)
+        if parser is not None and c.finish_reason == "stop" and parser.complete_calls:
+            return "tool_calls"
+        return c.finish_reason
+
+    def tool_deltas(self, index: int, text: str, final: bool) -> list[dict[str, Any]]:
+        """The stream deltas of a choice's new text when tools are offered: content as
+        usual, each call's id and name once, then its arguments as fragments."""
+        parser = self.parsers[index]
+        events = parser.feed(text) + (parser.finish() if final else [])
+        deltas: list[dict[str, Any]] = []
+        for event in events:
+            if event[0] == "content":
+                deltas.append({"content": event[1]})
+            elif event[0] == "call":
+                call = parser.calls[event[1]]
+                deltas.append({"tool_calls": [{
+                    "index": event[1], "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""}}]})
+            else:
+                deltas.append({"tool_calls": [{"index": event[1],
+                                               "function": {"arguments": event[2]}}]})
+        return deltas
+
+    def delta_chunk(self, index: int, delta: dict[str, Any],
+                    logprobs: list[TokenLogprob] | None, usage_null: bool) -> dict[str, Any]:
+        body = self.chunk(index, None, logprobs, None, usage_null=usage_null)
+        body["choices"][0]["delta"] = delta
         return body
 
     def role_chunk(self, index: int, usage_null: bool) -> dict[str, Any]:

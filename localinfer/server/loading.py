@@ -23,6 +23,7 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
     from localinfer.engine.engine_loop import EngineLoop
     from localinfer.llm import LLM
     from localinfer.sampling_params import SamplingParams
+    from localinfer.structured.spec import StructuredOutput
 
     cfg = state.config
     start = time.perf_counter()
@@ -38,6 +39,11 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
         loop = EngineLoop(llm.engine, max_queue=cfg.max_queue).start()
         if cfg.warmup:  # compile (or load from cache) every kernel before the first request
             params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+            for _ in loop.submit(llm.encode("Hello"), params):
+                pass
+            # structured output: llguidance's view of the vocabulary (~1 s for 151k tokens)
+            # and the mask kernel, so the first constrained request does not pay for them
+            params.structured = StructuredOutput(json_object=True)
             for _ in loop.submit(llm.encode("Hello"), params):
                 pass
         state.metrics.watch_engine(

@@ -13,15 +13,22 @@ from typing import Any
 from localinfer.chat_template import validate_messages
 from localinfer.errors import ChatTemplateError, InvalidRequestError
 from localinfer.server.protocol import APIError, invalid
+from localinfer.tools.messages import for_template
+from localinfer.tools.spec import ToolConfig, ToolRequestError
 
 
-def chat_prompt(llm: Any, messages: Any) -> list[int]:
+def chat_prompt(llm: Any, messages: Any, tools: ToolConfig | None = None) -> list[int]:
+    """Token ids of the chat, with the offered tools (and earlier tool turns) rendered the
+    way the model's template expects, or described as text where it has no tool support."""
     try:
         checked = validate_messages(messages)
+        checked, template_vars = for_template(checked, tools, llm.chat_template.renders_tools)
+    except ToolRequestError as exc:
+        raise invalid(exc.param, str(exc)) from exc
     except InvalidRequestError as exc:
         raise invalid("messages", str(exc)) from exc
     try:
-        return llm.encode(checked)
+        return llm.encode(checked, **template_vars)
     except ChatTemplateError as exc:
         raise invalid("messages", str(exc)) from exc
 

@@ -142,6 +142,7 @@ class GenerationFields:
     max_tokens: int | None  # None: until the context is full
     logprobs: int | None  # None: off; k: the sampled token's logprob and the top k
     params: SamplingParams  # max_tokens is set per prompt once its length is known
+    constraints: Any = None  # server.constraints.Constraints: response_format, tools, ...
 
 
 def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) -> GenerationFields:
@@ -149,6 +150,9 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
     if model is not None and not isinstance(model, str):
         raise invalid("model", "'model' must be a string")
     _reject_unsupported(body, chat)
+    from localinfer.server.constraints import parse_constraints
+
+    constraints = parse_constraints(body, chat=chat)
     max_tokens = get_int(body, "max_tokens", 1, max_model_len, None)
     if chat:
         mct = get_int(body, "max_completion_tokens", 1, max_model_len, None)
@@ -174,8 +178,10 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
         stop=get_stop(body),
         ignore_eos=get_bool(body, "ignore_eos"),
         logprobs=logprobs,
+        structured=constraints.structured,
     )
-    return GenerationFields(model, n, stream, include_usage, max_tokens, logprobs, params)
+    return GenerationFields(model, n, stream, include_usage, max_tokens, logprobs, params,
+                            constraints)
 
 
 def _stream_options(body: dict[str, Any], stream: bool) -> bool:
@@ -202,19 +208,8 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
 
 def _reject_unsupported(body: dict[str, Any], chat: bool) -> None:
     """Fields that would change the answer must never be silently ignored."""
-    fmt = body.get("response_format")
-    if fmt is not None:
-        if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
-            raise invalid("response_format", "'response_format' must be an object with a 'type'")
-        if fmt["type"] != "text":
-            raise invalid("response_format",
-                          f"response_format type {fmt['type']!r} is not supported yet "
-                          "(structured output is not implemented); use 'text'")
-    for name in ("tools", "functions", "logit_bias"):
-        if body.get(name):
-            raise invalid(name, f"'{name}' is not supported yet")
-    if body.get("tool_choice") not in (None, "none", "auto"):
-        raise invalid("tool_choice", "'tool_choice' is not supported yet")
+    if body.get("logit_bias"):
+        raise invalid("logit_bias", "'logit_bias' is not supported yet")
     if not chat:
         if get_bool(body, "echo"):
             raise invalid("echo", "'echo' is not supported yet")

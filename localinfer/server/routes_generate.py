@@ -7,6 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from localinfer.server.constraints import compile_constraint, tool_constraint
 from localinfer.server.formatting import Formatter
 from localinfer.server.generation import ClientGone, Job, until_disconnect
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
@@ -24,8 +25,13 @@ async def chat_completions(request: Request) -> Response:
     state.require_ready()
     fields = parse_generation(body, chat=True, max_model_len=state.max_model_len)
     state.check_model(fields.model)
-    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"))
+    tools = fields.constraints.tools
+    if tools is not None:
+        fields.params.structured = tool_constraint(tools, state.llm.tokenizer)
+        fields.constraints.param = "tools"
+    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"), tools)
     check_context(len(ids), state.max_model_len, "messages")
+    await _compile(state, fields)
     return await _generate(request, state, [ids], fields, chat=True)
 
 
@@ -38,13 +44,24 @@ async def completions(request: Request) -> Response:
     prompts = await asyncio.to_thread(completion_prompts, state.llm, body.get("prompt"))
     for ids in prompts:
         check_context(len(ids), state.max_model_len, "prompt")
+    await _compile(state, fields)
     return await _generate(request, state, prompts, fields, chat=False)
+
+
+async def _compile(state: ServerState, fields: GenerationFields) -> None:
+    """Compile the request's constraint on a worker thread (400 if it cannot be enforced);
+    the engine thread then only copies the compiled matcher."""
+    spec = fields.params.structured
+    if spec is not None:
+        await asyncio.to_thread(compile_constraint, state.llm.engine.guides, spec,
+                                fields.constraints.param)
 
 
 async def _generate(request: Request, state: ServerState, prompts: list[list[int]],
                     fields: GenerationFields, *, chat: bool) -> Response:
     job = Job.submit(state, "chatcmpl" if chat else "cmpl", prompts, fields)
-    fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None)
+    fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None,
+                    tools=fields.constraints.tools)
     if fields.stream:
         return sse_response(job, fmt, fields.include_usage)
     try:

@@ -42,11 +42,18 @@ async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator
                 yield sse(fmt.role_chunk(c.index, include_usage))
         async for choice, out in job.outputs():
             lp = out.logprobs if fmt.want_logprobs else None
-            if out.text or lp:
+            if fmt.parsers:
+                deltas = fmt.tool_deltas(choice.index, out.text, out.finished)
+                if lp and not deltas:
+                    deltas = [{}]
+                for k, delta in enumerate(deltas):
+                    yield sse(fmt.delta_chunk(choice.index, delta, lp if k == 0 else None,
+                                              include_usage))
+            elif out.text or lp:
                 offset = len(choice.text) - len(out.text)
                 yield sse(fmt.chunk(choice.index, out.text, lp, None, offset, include_usage))
             if out.finished:
-                yield sse(fmt.chunk(choice.index, None, None, choice.finish_reason,
+                yield sse(fmt.chunk(choice.index, None, None, fmt.finish_reason(choice),
                                     usage_null=include_usage))
         if include_usage:
             yield sse(fmt.usage_chunk())

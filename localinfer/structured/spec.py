@@ -17,6 +17,15 @@ from localinfer.errors import InvalidRequestError
 # JSON as models write it: `{"a": 1, "b": [2, 3]}`. No free whitespace, so a small model cannot
 # wander into an endless run of newlines inside a value that the schema leaves open.
 JSON_STYLE = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+# An integer the schema leaves unbounded is kept within I-JSON's interoperable range (RFC 7493,
+# +-(2**53 - 1), 16 digits, as llama.cpp's schema converter does): a small model that starts
+# repeating a digit must then close the number instead of writing zeros until max_tokens.
+SAFE_INTEGER = 2**53 - 1
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions",
+                   "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_ONE = ("items", "additionalProperties", "contains", "not", "if", "then", "else",
+                  "unevaluatedProperties", "unevaluatedItems", "propertyNames")
 
 
 class StructuredOutputError(InvalidRequestError):
@@ -86,7 +95,8 @@ class StructuredOutput:
         schema = self.schema()
         if schema is not None:
             try:
-                return LLMatcher.grammar_from_json_schema(schema, defaults=JSON_STYLE)
+                return LLMatcher.grammar_from_json_schema(bound_integers(schema),
+                                                          defaults=JSON_STYLE)
             except (ValueError, TypeError) as exc:
                 raise StructuredOutputError(f"invalid JSON Schema: {exc}") from exc
         if self.regex is not None:
@@ -101,3 +111,25 @@ class StructuredOutput:
         """What kind of constraint this is, for error messages."""
         return {"json": "JSON Schema", "json_object": "JSON object", "regex": "regex",
                 "grammar": "grammar", "choice": "choice"}[self.kind]
+
+
+def bound_integers(schema: Any) -> Any:
+    """A copy of the schema whose unbounded integers are kept within +-SAFE_INTEGER."""
+    if isinstance(schema, list):
+        return [bound_integers(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: bound_integers(v) for k, v in out[key].items()}
+    for key in (*_SUBSCHEMA_LISTS, *_SUBSCHEMA_ONE):
+        if key in out:
+            out[key] = bound_integers(out[key])
+    types = out.get("type")
+    if types == "integer" or (isinstance(types, list) and "integer" in types):
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = SAFE_INTEGER
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -SAFE_INTEGER
+    return out
