@@ -55,7 +55,8 @@ class ModelRunner(ABC):
     @abstractmethod
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
         """Run one step: write the batch's K/V into the pool, return float32 logits of shape
-        (len(batch.logits_indices), n_vocab) in the order of batch.logits_indices."""
+        (len(batch.logits_indices), n_vocab) in the order of batch.logits_indices. The engine
+        may modify them in place (structured-output masks) until the next execute()."""
 
     def free_sequence(  # noqa: B027 - optional hook
         self, seq_id: int, block_table: list[int], cached: set[int]

@@ -138,14 +138,21 @@ def test_17_unknown_model(server) -> None:
         client.completions.create(model="nope", prompt="x", max_tokens=1)
 
 
-@pytest.mark.parametrize("fmt", [{"type": "json_object"},
-                                 {"type": "json_schema", "json_schema": {"schema": {}}},
-                                 "json", {"type": 3}])
+@pytest.mark.parametrize("fmt", [{"type": "xml"}, "json", {"type": 3},
+                                 {"type": "json_schema", "json_schema": "x"},
+                                 {"type": "json_schema", "json_schema": {
+                                     "name": "x", "schema": {"uniqueItems": True}}}])
 def test_18_response_format_is_never_ignored(server, fmt) -> None:
     r = post(server, "/v1/chat/completions", json={**GOOD, "response_format": fmt})
     assert_error(r, 400, param="response_format")
     r = post(server, "/v1/chat/completions", json={**GOOD, "response_format": {"type": "text"}})
     assert r.status_code == 200
+    # an enforceable format is enforced, not ignored
+    r = post(server, "/v1/chat/completions",
+             json={**GOOD, "max_tokens": 24, "response_format": {"type": "json_object"}})
+    assert r.status_code == 200
+    content = r.json()["choices"][0]["message"]["content"]
+    assert content.startswith("{") and " " not in content[:1]
 
 
 def raw_request(server, head: bytes, body_chunks=()) -> bytes:
