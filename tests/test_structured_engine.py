@@ -27,8 +27,11 @@ from localinfer.structured.masks import Masker
 
 # 28 blocks of 16 tokens: a few requests at a time fit, eight long ones force preemption.
 # 64 batched tokens: long prompts prefill in chunks beside the decodes of other sequences.
+# One model thread: the masks are filled on another thread while the forward pass runs, and a
+# 2-thread forward pass on a busy 2-core machine spins (30x slower measured); 135M needs no more.
 KV_CACHE_MB = 10
 MAX_BATCHED = 64
+THREADS = 1
 
 
 def chat(text: str) -> list[dict[str, str]]:
@@ -38,7 +41,7 @@ def chat(text: str) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def llm(smollm2_path: Path) -> Iterator[LLM]:
     with LLM(str(smollm2_path), max_model_len=512, kv_cache_mb=KV_CACHE_MB, max_num_seqs=8,
-             max_num_batched_tokens=MAX_BATCHED, threads=2) as model:
+             max_num_batched_tokens=MAX_BATCHED, threads=THREADS) as model:
         yield model
 
 
@@ -187,7 +190,7 @@ UNIT: "cm" | "kg" | "km"
 ANSWER_RE = r"The answer is (?:[1-9][0-9]{0,2} (?:cm|kg|km)|unknown)\."
 RESULT = """
 start: "Result: " obj
-obj: %json {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["ok", "n"], "additionalProperties": false}
+obj: %json {"x-guidance": {"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}, "type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["ok", "n"], "additionalProperties": false}
 """
 
 
@@ -201,6 +204,7 @@ def test_lark_grammar(llm: LLM) -> None:
     assert out.finish_reason == "stop" and out.text.startswith("Result: "), out.text
     doc = json.loads(out.text.removeprefix("Result: "))
     assert isinstance(doc["ok"], bool) and 0 <= doc["n"] <= 9 and set(doc) == {"ok", "n"}
+    assert out.text == f"Result: {json.dumps(doc)}"  # the layout x-guidance asked for
 
 
 # --- cut by max_tokens -------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def test_mixed_batch_equals_each_request_alone(llm: LLM) -> None:
         assert got == alone, prompt
         check_valid(params, got)
     free = [r for (_, p), r in zip(MIXED, together, strict=True) if p.structured is None]
-    assert all(r.finish_reason == "length" and r.text for r in free)
+    assert all(r.text and r.error is None for r in free)
 
 
 PREEMPT_PROMPTS = [f"Write {n} {topic} as a JSON list, one word each. " * 5 for n, topic in
@@ -411,11 +415,6 @@ def test_refusal_raises_from_generate(llm: LLM, monkeypatch: pytest.MonkeyPatch)
     assert out.finish_reason == "stop" and re.fullmatch(SENTENCE.regex or "", out.text)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: a matcher in an error state (an llguidance limit hit while filling its mask, "
-    "here forced by feeding it a token it refuses) allows only the EOG tokens; the sampled EOG "
-    "finishes the sequence with 'stop' in scheduler.postprocess and _advance_guides skips "
-    "finished sequences, so the error is never reported and a truncated output looks complete"))
 def test_matcher_in_error_state_ends_its_sequence_with_the_error(llm: LLM) -> None:
     bad_token = llm.tokenizer.encode("123", add_special=False, parse_special=False)[0]
 

@@ -249,4 +249,4 @@ def test_choice_mask_is_exactly_the_prefix_tokens(vocab: Vocab) -> None:
     assert allowed_ids(guide.matcher) == want
     # after "no" the grammar is complete: only the end-of-generation tokens remain
     assert guide.matcher.consume_tokens(tok.encode("no", add_special=False))
-    assert guide.is_stopped or allowed_ids(guide.matcher) == set(tok.eog_ids)
+    assert guide.is_stopped and allowed_ids(guide.matcher) == set(tok.eog_ids)

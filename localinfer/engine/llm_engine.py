@@ -207,12 +207,13 @@ class LLMEngine:
         errors: dict[int, str] = {}
         for seq in updated:
             guide = seq.guide
-            if guide is None or seq.is_finished:
+            if guide is None:
                 continue
-            if not guide.consume(seq.last_token_id) or guide.error:
+            # a matcher in an error state allows only EOG: that "stop" is a failure, not an end
+            if guide.error or (not seq.is_finished and not guide.consume(seq.last_token_id)):
                 errors[seq.seq_id] = f"structured output failed: {guide.error or 'refused'}"
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
-            elif guide.is_stopped:
+            elif not seq.is_finished and guide.is_stopped:
                 self.scheduler.finish_stopped(seq)
         self.masker.end_step(time.perf_counter() - t0)
         return errors
