@@ -221,3 +221,27 @@ def test_only_llamacpp_errors_reach_stderr(capsys: pytest.CaptureFixture[str]) -
                         (5, b"error tail\n"), (3, b"warn again\n")):
         bindings._forward(level, text, None)
     assert capsys.readouterr().err == "error error tail\n"
+
+
+def test_structured_output_is_enforced_on_llamacpp_logits(llm: LLM) -> None:
+    """The engine masks whatever logits a runner returns: llama.cpp's own buffer too."""
+    import json
+
+    from localinfer.structured import StructuredOutput
+
+    schema = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"], "additionalProperties": False}
+    params = [SamplingParams(max_tokens=48, structured=StructuredOutput(json=schema)),
+              SamplingParams(max_tokens=8, structured=StructuredOutput(choice=["yes", "no"])),
+              SamplingParams(max_tokens=16, structured=StructuredOutput(regex=r"[0-9]{3}"))]
+    prompts = [CHAT.format("Describe a person as JSON."), CHAT.format("Is water wet?"),
+               CHAT.format("Pick a number.")]
+    outs = [llm.generate([llm.tokenizer.encode(p, parse_special=True)], sp)[0]
+            for p, sp in zip(prompts, params, strict=True)]
+    person = json.loads(outs[0].text)
+    assert set(person) == {"name", "age"} and 0 <= person["age"] <= 120
+    assert outs[1].text in ("yes", "no")
+    assert len(outs[2].text) == 3 and outs[2].text.isdigit()
+    assert all(o.finish_reason == "stop" for o in outs)
