@@ -37,6 +37,7 @@ class BenchPlan:
     start_reps: int = 3
     structured: bool = False  # also run the structured-output group (localinfer only)
     mask_reps: int = 10  # fresh schemas timed to their first mask
+    structured_reps: int = 3  # constrained/unconstrained decode pairs (median of them)
     label: str = ""  # progress prefix a child shows
 
     @classmethod
@@ -44,7 +45,8 @@ class BenchPlan:
         p = cls(model=model, threads=threads, quick=quick, n_ctx_train=n_ctx_train)
         if quick:
             p.tg_tokens, p.pos_tokens, p.agg_tokens = 16, 8, 8
-            p.pp_reps, p.tg_reps, p.ttft_reps, p.start_reps, p.mask_reps = 1, 1, 1, 1, 3
+            p.pp_reps, p.tg_reps, p.ttft_reps, p.start_reps = 1, 1, 1, 1
+            p.mask_reps, p.structured_reps = 3, 1
         # a model with a short context gets shorter runs, never an error
         room = n_ctx_train - 1
         p.pp_tokens = min(p.pp_tokens, room)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.atomic_file import atomic_write
+from localinfer.bench import structured
 from localinfer.bench.plan import STRUCTURED_COUNTS, BenchPlan
-from localinfer.bench.structured import short_runs
 
 SIDES = ("localinfer", "llamacpp")
 NAMES = {"localinfer": "localinfer", "llamacpp": "llama.cpp"}
@@ -189,7 +189,7 @@ def table(doc: dict[str, Any], plan: BenchPlan) -> str:
     if plan.structured:
         notes.append("structured: localinfer only; ratio = constrained/unconstrained tok/s, "
                      f"same engine, greedy, {plan.agg_tokens} tokens per sequence on both")
-        notes += short_runs(doc["raw"]["localinfer"].get("structured"))
+        notes += structured.notes(doc["raw"]["localinfer"].get("structured"))
     notes.append("peak RSS: ru_maxrss of the child process that ran that group (interpreter, "
                  "libraries, weights, KV)")
     return "\n".join(out + [""] + notes)

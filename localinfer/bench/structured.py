@@ -99,15 +99,16 @@ def run(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
         tps: dict[str, list[float]] = {"structured": [], "unconstrained": []}
         added: list[float] = []
         produced = n * plan.agg_tokens
-        for r in range(plan.tg_reps):
+        for r in range(plan.structured_reps):
             prompts = [prompt_ids(nv, plan.agg_prompt, 5000 + 1000 * n + 100 * r + i)
                        for i in range(n)]
-            # alternate which side goes first so neither always runs on a cooler machine
+            # alternate which side goes first so neither always runs on a cooler machine; the
+            # median over the pairs (3 by default) shrugs off one run hit by a burst of load
             order = ("unconstrained", "structured") if r % 2 == 0 else (
                 "structured", "unconstrained")
             for side in order:
                 stage.show(f"{side} decode, {n} x {plan.agg_tokens} tokens "
-                           f"({r + 1}/{plan.tg_reps})")
+                           f"({r + 1}/{plan.structured_reps})")
                 d = drive(eng, prompts, plan.agg_tokens,
                           spec if side == "structured" else None)
                 tps[side].append(d.tokens_after_first / (d.end - d.all_first))
@@ -127,14 +128,19 @@ def run(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     return res
 
 
-def short_runs(raw: dict[str, Any] | None) -> list[str]:
-    """Notes for constrained runs that stopped before max_tokens (not a like-for-like
-    comparison then: the grammar finished or a matcher failed)."""
-    notes = []
+def notes(raw: dict[str, Any] | None) -> list[str]:
+    """Table notes: the mask time per sequence count (the rows pool them all), and any
+    constrained run that stopped before max_tokens (the grammar finished or a matcher failed:
+    not a like-for-like comparison then)."""
+    raw = raw or {}
+    out = []
+    per = [(n, raw.get(f"mask_added_{n}") or {}) for n in STRUCTURED_COUNTS]
+    if all(a.get("mean") is not None for _, a in per):
+        out.append("structured: mask added per sequence-step, mean / p99 (ms): " + ", ".join(
+            f"{n} seq {a['mean'] * 1e3:.3f} / {a['p99'] * 1e3:.3f}" for n, a in per))
     for n in STRUCTURED_COUNTS:
-        got, want = (raw or {}).get(f"structured_tokens_{n}"), (raw or {}).get(
-            f"expected_tokens_{n}")
+        got, want = raw.get(f"structured_tokens_{n}"), raw.get(f"expected_tokens_{n}")
         if got is not None and want is not None and got < want:
-            notes.append(f"structured decode, {n} sequence{'s' if n > 1 else ''}: only {got} "
-                         f"of {want} tokens, not a like-for-like comparison")
-    return notes
+            out.append(f"structured decode, {n} sequence{'s' if n > 1 else ''}: only {got} "
+                       f"of {want} tokens, not a like-for-like comparison")
+    return out

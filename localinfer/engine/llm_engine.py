@@ -196,7 +196,8 @@ class LLMEngine:
             if self.masker is None:
                 from localinfer.structured.masks import Masker
 
-                self.masker = Masker(self.guides.ll_tokenizer.vocab_size)
+                self.masker = Masker(self.guides.ll_tokenizer.vocab_size,
+                                     self.runner.threads)
             self.masker.start(guides)
         return guided
 

@@ -5,6 +5,9 @@
     logits = runner.execute(...)  # meanwhile the forward pass runs
     masker.apply(rows, pairs)     # wait for the fill, then disallowed logits -> -inf
 
+The overlap needs a core the forward pass does not use; without one the masks are filled
+after the forward pass, on all cores (LOCALINFER_MASK_OVERLAP=0/1 forces either way).
+
 `added` is what the engine thread spends on masks beyond the forward pass (waiting for a fill
 that is not done yet, applying, advancing the matchers): the cost a constrained sequence adds
 to a step, which `localinfer bench --structured` reports per sequence-step.
@@ -12,6 +15,7 @@ to a step, which `localinfer bench --structured` reports per sequence-step.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,12 +44,23 @@ class MaskStats:
 
 
 class Masker:
-    def __init__(self, n_tokens: int, threads: int | None = None, overlap: bool = True) -> None:
+    def __init__(self, n_tokens: int, runner_threads: int | None = None,
+                 overlap: bool | None = None) -> None:
         import llguidance
 
         self.n_words = (n_tokens + 31) // 32
-        self.executor = llguidance.LLExecutor(threads)
+        cores = os.cpu_count() or 1
+        if overlap is None:
+            # overlap only with a core to spare: on a machine whose cores all run the forward
+            # pass, a fill thread beside it stalls the kernels' parallel regions (measured on
+            # 2 cores: constrained single-stream decode 0.89x unconstrained with overlap)
+            env = os.environ.get("LOCALINFER_MASK_OVERLAP")
+            overlap = env == "1" if env in ("0", "1") else cores > (runner_threads or cores)
         self.overlap = overlap
+        # filled alone (no overlap), the masks may use every core; beside the forward pass,
+        # what the runner leaves free
+        spare = cores - (runner_threads or cores) if overlap else cores
+        self.executor = llguidance.LLExecutor(max(spare, 1))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localinfer-mask")
         self._masks = np.empty((0, self.n_words), np.int32)
         self._pending: Future[float] | None = None
