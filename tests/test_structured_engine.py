@@ -482,11 +482,11 @@ def test_masker_fills_what_the_matchers_allow(llm: LLM) -> None:
     assert guides[2].matcher.consume_tokens(tok.encode("2024", add_special=False))
     n_vocab = factory.ll_tokenizer.vocab_size
     for overlap in (True, False):
-        masker = Masker(n_vocab, threads=1, overlap=overlap)
+        masker = Masker(n_vocab, runner_threads=1, overlap=overlap)
         masker.start(guides)
         logits = np.zeros((4, n_vocab + 40), np.float32)
         masker.apply(logits, [(0, 2), (1, 0), (3, 1)])
-        masker.end_step(0.0)
+        masker.stats.record(3, 0.0)
         masker.close()
         for row, guide in [(0, guides[2]), (1, guides[0]), (3, guides[1])]:
             bits = np.unpackbits(np.frombuffer(guide.matcher.compute_bitmask(), np.uint8),

@@ -155,15 +155,18 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch is None:
             return outputs
-        guided = self._start_masks(batch)
+        guided = self._guided(batch)
+        masked = self._start_masks(guided)
         logits = self.runner.execute(batch)
         sample_seqs, sample_rows = self._collect_logits(batch, logits)
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]
-        if guided:
-            self.masker.apply(rows, [(i, guided[seq.seq_id]) for i, seq in
-                                     enumerate(sample_seqs) if seq.seq_id in guided])
+        t0 = time.perf_counter()
+        if masked:
+            self.masker.apply(rows, [(i, masked[seq.seq_id]) for i, seq in
+                                     enumerate(sample_seqs) if seq.seq_id in masked])
+        mask_s = time.perf_counter() - t0
         tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
         logprobs = {
@@ -172,7 +175,7 @@ class LLMEngine:
             if seq.sampling_params.logprobs is not None
         }
         updated = self.scheduler.postprocess(batch, sampled)
-        errors = self._advance_guides(updated) if guided else {}
+        errors = self._advance_guides(updated, len(guided), mask_s) if guided else {}
         for seq in updated:
             out = self._process_token(seq)
             if seq.seq_id in logprobs:
@@ -181,27 +184,33 @@ class LLMEngine:
             outputs.append(out)
         return outputs
 
-    def _start_masks(self, batch: ScheduledBatch) -> dict[int, int]:
-        """Start filling the masks of the constrained sequences that sample this step;
-        returns seq_id -> mask index."""
-        guided: dict[int, int] = {}
-        guides = []
+    def _guided(self, batch: ScheduledBatch) -> list[Sequence]:
+        """The constrained sequences that sample a token this step."""
+        guided = []
         for i, seq_id in enumerate(batch.seq_ids):
             seq = self.scheduler.seqs.get(seq_id)
             if seq is not None and seq.guide is not None and (
                     batch.context_lens[i] == seq.num_tokens):
-                guided[seq_id] = len(guides)
-                guides.append(seq.guide)
-        if guides:
-            if self.masker is None:
-                from localinfer.structured.masks import Masker
+                guided.append(seq)
+        if guided and self.masker is None:
+            from localinfer.structured.masks import Masker
 
-                self.masker = Masker(self.guides.ll_tokenizer.vocab_size,
-                                     self.runner.threads)
-            self.masker.start(guides)
+            self.masker = Masker(self.guides.ll_tokenizer.vocab_size, self.runner.threads)
         return guided
 
-    def _advance_guides(self, updated: list[Sequence]) -> dict[int, str]:
+    def _start_masks(self, guided: list[Sequence]) -> dict[int, int]:
+        """Start filling the masks of the constrained sequences (seq_id -> mask index).
+
+        Every one gets a full mask, greedy ones too: a check of the unconstrained argmax alone
+        (validate_tokens) accepts any byte-valid token, while the mask keeps only canonical
+        tokenizations where the grammar forces bytes ("{" is refused where '{"' is forced),
+        and a model fed non-canonical tokens drifts (measured: SmolLM2 then looped)."""
+        if guided:
+            self.masker.start([seq.guide for seq in guided])
+        return {seq.seq_id: k for k, seq in enumerate(guided)}
+
+    def _advance_guides(self, updated: list[Sequence], n_guided: int,
+                        mask_s: float) -> dict[int, str]:
         """Feed each constrained sequence's new token to its matcher: a complete grammar
         finishes the sequence ("stop"); a matcher error ends it alone (returned by seq_id)."""
         t0 = time.perf_counter()
@@ -216,7 +225,7 @@ class LLMEngine:
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
             elif not seq.is_finished and guide.is_stopped:
                 self.scheduler.finish_stopped(seq)
-        self.masker.end_step(time.perf_counter() - t0)
+        self.masker.stats.record(n_guided, mask_s + time.perf_counter() - t0)
         return errors
 
     def _collect_logits(

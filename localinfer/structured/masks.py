@@ -1,4 +1,4 @@
-"""Masker: the token masks of one step's constrained sequences, filled while the model runs.
+"""Masker: the token masks of one step's constrained sequences.
 
     masker.start(guides)          # before runner.execute: llguidance fills the bitmasks on a
                                   # worker thread (its own thread pool, GIL released)
@@ -8,9 +8,9 @@
 The overlap needs a core the forward pass does not use; without one the masks are filled
 after the forward pass, on all cores (LOCALINFER_MASK_OVERLAP=0/1 forces either way).
 
-`added` is what the engine thread spends on masks beyond the forward pass (waiting for a fill
-that is not done yet, applying, advancing the matchers): the cost a constrained sequence adds
-to a step, which `localinfer bench --structured` reports per sequence-step.
+`MaskStats.per_seq_step` is what the engine thread spends on masks beyond the forward pass
+(waiting for a fill, applying, advancing the matchers) per constrained
+sequence and step: what `localinfer bench --structured` reports.
 """
 
 from __future__ import annotations
@@ -33,14 +33,21 @@ MAX_SAMPLES = 1 << 16
 class MaskStats:
     steps: int = 0
     seq_steps: int = 0
-    fill_s: float = 0.0  # llguidance computing masks (hidden behind the forward pass)
-    added_s: float = 0.0  # the engine thread's own time on masks
+    masks: int = 0  # masks computed
+    fill_s: float = 0.0  # llguidance computing masks
+    added_s: float = 0.0  # the engine thread's own time on constraints
     per_seq_step: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
     def reset(self) -> None:
-        self.steps = self.seq_steps = 0
+        self.steps = self.seq_steps = self.masks = 0
         self.fill_s = self.added_s = 0.0
         self.per_seq_step.clear()
+
+    def record(self, n_seqs: int, added_s: float) -> None:
+        self.steps += 1
+        self.seq_steps += n_seqs
+        self.added_s += added_s
+        self.per_seq_step.extend([added_s / max(n_seqs, 1)] * n_seqs)
 
 
 class Masker:
@@ -52,65 +59,56 @@ class Masker:
         cores = os.cpu_count() or 1
         if overlap is None:
             # overlap only with a core to spare: on a machine whose cores all run the forward
-            # pass, a fill thread beside it stalls the kernels' parallel regions (measured on
-            # 2 cores: constrained single-stream decode 0.89x unconstrained with overlap)
+            # pass, a fill thread beside it stalls the kernels' parallel regions
             env = os.environ.get("LOCALINFER_MASK_OVERLAP")
             overlap = env == "1" if env in ("0", "1") else cores > (runner_threads or cores)
         self.overlap = overlap
-        # filled alone (no overlap), the masks may use every core; beside the forward pass,
-        # what the runner leaves free
+        # beside the forward pass, the cores the runner leaves free; after it, every core
         spare = cores - (runner_threads or cores) if overlap else cores
         self.executor = llguidance.LLExecutor(max(spare, 1))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localinfer-mask")
         self._masks = np.empty((0, self.n_words), np.int32)
         self._pending: Future[float] | None = None
         self._guides: list[Guide] = []
-        self._fill_s = self._added_s = 0.0
         self.stats = MaskStats()
 
     def start(self, guides: list[Guide]) -> None:
         """Begin filling one mask per guide (mask i for guides[i])."""
-        if len(self._masks) < len(guides):
-            self._masks = np.empty((max(len(guides), 2 * len(self._masks)), self.n_words),
-                                   np.int32)
         self._guides = guides
-        if self.overlap:
+        if guides and self.overlap:
+            self._reserve(len(guides))
             self._pending = self._pool.submit(self._fill, guides)
+
+    def apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
+        """Mask logits row r with mask m (of the guides given to start) for each (r, m)."""
+        if self._pending is not None:
+            self.stats.fill_s += self._pending.result()
+            self._pending = None
+        else:
+            self._reserve(len(self._guides))
+            self.stats.fill_s += self._fill(self._guides)
+        self._apply(logits, pairs)
+        self._guides = []
+
+    def _reserve(self, n: int) -> None:
+        if len(self._masks) < n:
+            self._masks = np.empty((max(n, 2 * len(self._masks)), self.n_words), np.int32)
 
     def _fill(self, guides: list[Guide]) -> float:
         t0 = time.perf_counter()
         self.executor.unsafe_compute_mask_ptr(
             [(g.matcher, i) for i, g in enumerate(guides)], self._masks.ctypes.data,
             self.n_words * 4, len(self._masks))
+        self.stats.masks += len(guides)
         return time.perf_counter() - t0
 
-    def apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
-        """Mask logits row r with mask m for each (r, m), in place."""
+    def _apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
         from localinfer.structured.apply_mask import apply_bitmasks
 
-        t0 = time.perf_counter()
-        if self._pending is not None:
-            self._fill_s = self._pending.result()
-            self._pending = None
-        else:
-            self._fill_s = self._fill(self._guides)
         if pairs:
             rows = np.array([r for r, _ in pairs], np.int64)
             masks = np.array([m for _, m in pairs], np.int64)
             apply_bitmasks(logits, rows, self._masks, masks)
-        self._added_s = time.perf_counter() - t0
-
-    def end_step(self, advance_s: float) -> None:
-        """Record the step: its masks plus `advance_s`, the time the matchers took to
-        consume the sampled tokens."""
-        st, n = self.stats, len(self._guides)
-        added = self._added_s + advance_s
-        st.steps += 1
-        st.seq_steps += n
-        st.fill_s += self._fill_s
-        st.added_s += added
-        st.per_seq_step.extend([added / max(n, 1)] * n)
-        self._guides = []
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

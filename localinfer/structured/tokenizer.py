@@ -7,7 +7,7 @@ byte tokens as that byte) — `Tokenizer.token_to_bytes`, the same bytes our det
 Special tokens (control and unknown tokens, and user-defined ones written like `<tag>`, as
 llguidance's own llama.cpp glue does) get a 0xFF prefix: that byte never occurs in UTF-8, so
 text can never produce them, and grammars name them as `<|im_end|>`. Unused tokens are empty.
-Building this walks the whole vocabulary (~0.3 s for 151k tokens), so it is done once per
+Building this walks the whole vocabulary (~1 s for 151k tokens), so it is done once per
 tokenizer and cached.
 """
 
@@ -85,7 +85,10 @@ def ll_tokenizer(tokenizer: Tokenizer) -> Any:
             import llguidance
 
             adapter = _Adapter(tokenizer)
+            # JSON's slices: ~10% faster masks than the general ones on JSON Schemas and as
+            # fast on free text (measured on Qwen's 151k vocabulary)
             cached = llguidance.LLTokenizer(llguidance.TokenizerWrapper(adapter),
-                                            eos_token=eog_ids(tokenizer))
+                                            eos_token=eog_ids(tokenizer),
+                                            slices=llguidance.LLTokenizer.json_slices())
             _cache[tokenizer] = cached
         return cached
