@@ -63,8 +63,11 @@ class Masker:
             env = os.environ.get("LOCALINFER_MASK_OVERLAP")
             overlap = env == "1" if env in ("0", "1") else cores > (runner_threads or cores)
         self.overlap = overlap
-        # beside the forward pass, the cores the runner leaves free; after it, every core
-        spare = cores - (runner_threads or cores) if overlap else cores
+        # beside the forward pass, the cores the runner leaves free; after it, one thread:
+        # the kernels' OpenMP workers still spin after their last parallel region, and a
+        # second fill thread competing with them was slower than one (2 cores: 16 masks of
+        # Qwen's 151k vocabulary in 3.1-3.3 ms on one thread, 3.5-4.7 ms on two)
+        spare = cores - (runner_threads or cores) if overlap else 1
         self.executor = llguidance.LLExecutor(max(spare, 1))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localinfer-mask")
         self._masks = np.empty((0, self.n_words), np.int32)
