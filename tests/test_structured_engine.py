@@ -483,7 +483,7 @@ def test_masker_fills_what_the_matchers_allow(llm: LLM) -> None:
     n_vocab = factory.ll_tokenizer.vocab_size
     for overlap in (True, False):
         masker = Masker(n_vocab, runner_threads=1, overlap=overlap)
-        masker.start(guides)
+        masker.start(guides, (0, 1, 2))
         logits = np.zeros((4, n_vocab + 40), np.float32)
         masker.apply(logits, [(0, 2), (1, 0), (3, 1)])
         masker.stats.record(3, 0.0)

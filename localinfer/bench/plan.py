@@ -36,6 +36,7 @@ class BenchPlan:
     ttft_reps: int = 5
     start_reps: int = 3
     structured: bool = False  # also run the structured-output group (localinfer only)
+    structured_schema: str = ""  # JSON Schema text of the decode rows ("": the built-in one)
     mask_reps: int = 10  # fresh schemas timed to their first mask
     structured_reps: int = 3  # constrained/unconstrained decode pairs (median of them)
     label: str = ""  # progress prefix a child shows

@@ -28,6 +28,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregate", metavar="COUNTS", default="1,4,16,64",
                    help="concurrent sequences of the aggregate-decode rows, a comma list "
                         "(default 1,4,16,64; fewer makes a bigger model's run shorter)")
+    p.add_argument("--structured-schema", metavar="FILE",
+                   help="the JSON Schema of the structured decode rows (implies --structured)")
     p.add_argument("--structured", action="store_true",
                    help="also measure structured output (localinfer only): mask time per "
                         "step, first mask of a new schema, constrained vs unconstrained decode")
@@ -64,7 +66,9 @@ def main(name: str, args: argparse.Namespace) -> int:
     plan.agg_counts = _aggregate_counts(args.aggregate)
     plan.backend, plan.n_gpu_layers = args.backend, options.get("n_gpu_layers", 0)
     plan.flash_attn = options.get("flash_attn")
-    plan.structured = args.structured
+    plan.structured = args.structured or args.structured_schema is not None
+    if args.structured_schema is not None:
+        plan.structured_schema = _read_schema(args.structured_schema)
     raw = orchestrate.run_all(plan, peer, args.peer_bench)
     doc = report.build(plan, raw)
     if args.json is not None:
@@ -91,3 +95,14 @@ def _physical_cores() -> int:
     from localinfer.backends.numba_cpu.runner import physical_cores
 
     return physical_cores()
+
+
+def _read_schema(path: str) -> str:
+    import json
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise InvalidRequestError(f"--structured-schema: {path}: {exc}") from exc
+    return text

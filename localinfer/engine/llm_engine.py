@@ -199,15 +199,24 @@ class LLMEngine:
         return guided
 
     def _start_masks(self, guided: list[Sequence]) -> dict[int, int]:
-        """Start filling the masks of the constrained sequences (seq_id -> mask index).
+        """Fill the masks of the constrained sequences (seq_id -> mask index); usually the
+        previous step prefetched them already.
 
         Every one gets a full mask, greedy ones too: a check of the unconstrained argmax alone
         (validate_tokens) accepts any byte-valid token, while the mask keeps only canonical
         tokenizations where the grammar forces bytes ("{" is refused where '{"' is forced),
         and a model fed non-canonical tokens drifts (measured: SmolLM2 then looped)."""
         if guided:
-            self.masker.start([seq.guide for seq in guided])
+            self.masker.start([seq.guide for seq in guided], tuple(s.seq_id for s in guided))
         return {seq.seq_id: k for k, seq in enumerate(guided)}
+
+    def _prefetch_masks(self) -> None:
+        """Start the next step's masks for the constrained sequences that will decode, in the
+        order the scheduler puts them (running decodes first)."""
+        nxt = [s for s in self.scheduler.running
+               if s.guide is not None and s.num_uncomputed_tokens == 1]
+        if nxt:
+            self.masker.start([s.guide for s in nxt], tuple(s.seq_id for s in nxt))
 
     def _advance_guides(self, updated: list[Sequence], n_guided: int,
                         mask_s: float) -> dict[int, str]:
@@ -225,6 +234,7 @@ class LLMEngine:
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
             elif not seq.is_finished and guide.is_stopped:
                 self.scheduler.finish_stopped(seq)
+        self._prefetch_masks()
         self.masker.stats.record(n_guided, mask_s + time.perf_counter() - t0)
         return errors
 

@@ -1,16 +1,20 @@
-"""Masker: the token masks of one step's constrained sequences.
+"""Masker: the token masks of the constrained sequences, filled while the engine does other work.
 
-    masker.start(guides)          # before runner.execute: llguidance fills the bitmasks on a
-                                  # worker thread (its own thread pool, GIL released)
-    logits = runner.execute(...)  # meanwhile the forward pass runs
-    masker.apply(rows, pairs)     # wait for the fill, then disallowed logits -> -inf
+    step N:   ... sample, advance matchers; masker.start(next step's guides)   # prefetch
+              (outputs, detokenization, scheduling run meanwhile on the engine thread)
+    step N+1: masker.start(guides)   # a no-op when the prefetch was for exactly these
+              logits = runner.execute(...)
+              masker.apply(rows, pairs)   # wait for the fill, then disallowed logits -> -inf
 
-The overlap needs a core the forward pass does not use; without one the masks are filled
-after the forward pass, on all cores (LOCALINFER_MASK_OVERLAP=0/1 forces either way).
+A mask depends only on its matcher's state, which is final once the previous token is
+consumed, so the fill (llguidance, GIL released, on a worker thread) starts right then and runs
+beside the engine thread's serial Python work — time in which the forward pass's cores idle —
+and, if it is not done by then, beside the forward pass. LOCALINFER_MASK_OVERLAP=0 fills
+synchronously in apply() instead (for measuring).
 
 `MaskStats.per_seq_step` is what the engine thread spends on masks beyond the forward pass
-(waiting for a fill, applying, advancing the matchers) per constrained
-sequence and step: what `localinfer bench --structured` reports.
+(waiting for a fill, applying, advancing the matchers) per constrained sequence and step:
+what `localinfer bench --structured` reports; `fill_s` is llguidance's own time.
 """
 
 from __future__ import annotations
@@ -56,42 +60,51 @@ class Masker:
         import llguidance
 
         self.n_words = (n_tokens + 31) // 32
-        cores = os.cpu_count() or 1
         if overlap is None:
-            # overlap only with a core to spare: on a machine whose cores all run the forward
-            # pass, a fill thread beside it stalls the kernels' parallel regions
-            env = os.environ.get("LOCALINFER_MASK_OVERLAP")
-            overlap = env == "1" if env in ("0", "1") else cores > (runner_threads or cores)
+            overlap = os.environ.get("LOCALINFER_MASK_OVERLAP", "1") != "0"
         self.overlap = overlap
-        # beside the forward pass, the cores the runner leaves free; after it, one thread:
-        # the kernels' OpenMP workers still spin after their last parallel region, and a
-        # second fill thread competing with them was slower than one (2 cores: 16 masks of
-        # Qwen's 151k vocabulary in 3.1-3.3 ms on one thread, 3.5-4.7 ms on two)
-        spare = cores - (runner_threads or cores) if overlap else 1
-        self.executor = llguidance.LLExecutor(max(spare, 1))
+        # the cores the runner leaves free, else one thread: the kernels' OpenMP workers spin
+        # a while after each parallel region, and a second fill thread competing with them was
+        # slower than one (2 cores: 16 masks of Qwen's 151k vocabulary in 3.1-3.3 ms on one
+        # thread, 3.5-4.7 ms on two)
+        cores = os.cpu_count() or 1
+        self.executor = llguidance.LLExecutor(max(cores - (runner_threads or cores), 1))
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localinfer-mask")
         self._masks = np.empty((0, self.n_words), np.int32)
         self._pending: Future[float] | None = None
+        self._key: tuple[int, ...] | None = None  # which sequences the current masks are for
         self._guides: list[Guide] = []
         self.stats = MaskStats()
 
-    def start(self, guides: list[Guide]) -> None:
-        """Begin filling one mask per guide (mask i for guides[i])."""
-        self._guides = guides
-        if guides and self.overlap:
-            self._reserve(len(guides))
+    def start(self, guides: list[Guide], key: tuple[int, ...]) -> None:
+        """Begin filling one mask per guide (mask i for guides[i]); `key` names the sequences.
+        Already started for the same key (prefetched): nothing to do."""
+        if key == self._key:
+            return
+        self._wait()  # a fill in flight writes the buffer: let it finish first
+        self._key, self._guides = key, guides
+        self._reserve(len(guides))
+        if self.overlap:
             self._pending = self._pool.submit(self._fill, guides)
 
     def apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
         """Mask logits row r with mask m (of the guides given to start) for each (r, m)."""
+        from localinfer.structured.apply_mask import apply_bitmasks
+
+        if self.overlap:
+            self._wait()
+        else:
+            self.stats.fill_s += self._fill(self._guides)
+        if pairs:
+            rows = np.array([r for r, _ in pairs], np.int64)
+            masks = np.array([m for _, m in pairs], np.int64)
+            apply_bitmasks(logits, rows, self._masks, masks)
+        self._key, self._guides = None, []  # the matchers advance next: these masks are spent
+
+    def _wait(self) -> None:
         if self._pending is not None:
             self.stats.fill_s += self._pending.result()
             self._pending = None
-        else:
-            self._reserve(len(self._guides))
-            self.stats.fill_s += self._fill(self._guides)
-        self._apply(logits, pairs)
-        self._guides = []
 
     def _reserve(self, n: int) -> None:
         if len(self._masks) < n:
@@ -104,14 +117,6 @@ class Masker:
             self.n_words * 4, len(self._masks))
         self.stats.masks += len(guides)
         return time.perf_counter() - t0
-
-    def _apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
-        from localinfer.structured.apply_mask import apply_bitmasks
-
-        if pairs:
-            rows = np.array([r for r, _ in pairs], np.int64)
-            masks = np.array([m for _, m in pairs], np.int64)
-            apply_bitmasks(logits, rows, self._masks, masks)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
