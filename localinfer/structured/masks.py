@@ -57,19 +57,19 @@ class MaskStats:
 class Masker:
     def __init__(self, n_tokens: int, runner_threads: int | None = None,
                  overlap: bool | None = None) -> None:
-        import llguidance
-
         self.n_words = (n_tokens + 31) // 32
         if overlap is None:
             overlap = os.environ.get("LOCALINFER_MASK_OVERLAP", "1") != "0"
         self.overlap = overlap
-        # the cores the runner leaves free, else one thread: the kernels' OpenMP workers spin
-        # a while after each parallel region, and a second fill thread competing with them was
-        # slower than one (2 cores: 16 masks of Qwen's 151k vocabulary in 3.1-3.3 ms on one
-        # thread, 3.5-4.7 ms on two)
+        # threads of our own, as many as the runner leaves cores free (at least one), not
+        # llguidance's LLExecutor: its rayon workers spin after a fill, which on 2 fully used
+        # cores slowed the next forward pass by 2-6 ms per step (16 streams of Qwen 0.5B);
+        # plain per-matcher calls took 0.4 ms per step for the same 16 masks, rayon 1.2-1.8
         cores = os.cpu_count() or 1
-        self.executor = llguidance.LLExecutor(max(cores - (runner_threads or cores), 1))
+        self.workers = max(cores - (runner_threads or cores), 1)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="localinfer-mask")
+        self._chunks = (ThreadPoolExecutor(self.workers, thread_name_prefix="localinfer-mask")
+                        if self.workers > 1 else None)
         self._masks = np.empty((0, self.n_words), np.int32)
         self._pending: Future[float] | None = None
         self._key: tuple[int, ...] | None = None  # which sequences the current masks are for
@@ -112,14 +112,28 @@ class Masker:
 
     def _fill(self, guides: list[Guide]) -> float:
         t0 = time.perf_counter()
-        self.executor.unsafe_compute_mask_ptr(
-            [(g.matcher, i) for i, g in enumerate(guides)], self._masks.ctypes.data,
-            self.n_words * 4, len(self._masks))
+        if self._chunks is None or len(guides) < 2:
+            self._fill_rows(guides, 0)
+        else:
+            step = -(-len(guides) // self.workers)
+            parts = [self._chunks.submit(self._fill_rows, guides[k:k + step], k)
+                     for k in range(0, len(guides), step)]
+            for part in parts:
+                part.result()
         self.stats.masks += len(guides)
         return time.perf_counter() - t0
 
+    def _fill_rows(self, guides: list[Guide], first: int) -> None:
+        # each call drops the GIL while llguidance walks the token trie
+        size = self.n_words * 4
+        base = self._masks.ctypes.data + first * size
+        for i, g in enumerate(guides):
+            g.matcher.unsafe_compute_mask_ptr(base + i * size, size)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+        if self._chunks is not None:
+            self._chunks.shutdown(wait=False)
 
     def __del__(self) -> None:
         pool: Any = getattr(self, "_pool", None)
