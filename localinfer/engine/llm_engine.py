@@ -1,12 +1,13 @@
 """LLMEngine: requests in, streamed RequestOutputs out; one step = one forward pass.
 
     batch  = scheduler.schedule()              # which tokens of which sequences
-    masker.start(guides)                        # constrained sequences: token masks, filled
-    logits = runner.execute(batch)              #   while the backend runs the forward pass
+    masker.start(guides)                        # constrained sequences' token masks: filling
+    logits = runner.execute(batch)              #   on a worker thread meanwhile
     masker.apply(logits, ...)                   # disallowed tokens -> -inf
     tokens = sampler(logits, seqs)              # per-request sampling
     seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks
-    guides advance on the sampled tokens        # a complete grammar finishes with "stop"
+    guides advance on the sampled tokens        # a complete grammar finishes with "stop";
+                                                # the next step's masks start filling now
     then text: incremental detokenization and stop strings
 
 Structured output is the engine's, not the backend's: every runner returns plain logits and
