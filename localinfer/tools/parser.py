@@ -76,6 +76,7 @@ class ToolCallParser:
     _raw: str = ""  # the open call's text since <tool_call>, given back if it is malformed
     _scan: _Args = field(default_factory=_Args)
     _bare: bool = False  # the open call has no <tool_call> tags
+    _ws: str = ""  # whitespace dropped before the open call
 
     def feed(self, text: str) -> list[Event]:
         self._buf += text
@@ -106,11 +107,13 @@ class ToolCallParser:
         if not self.content and not self.calls and self._buf.lstrip().startswith("{"):
             # an answer that is one call object without tags (small Qwen models write that;
             # under tool_choice "auto" the grammar holds such an answer to the call schema)
-            self._state, self._raw, self._bare = "head", "", True
+            self._state, self._raw, self._bare, self._ws = "head", "", True, ""
             return True
         i = self._buf.find(OPEN)
         if i >= 0:
-            events += self._content(self._buf[:i].rstrip())  # whitespace before a call
+            text = self._buf[:i].rstrip()  # whitespace before a call is dropped...
+            events += self._content(text)
+            self._ws = self._buf[len(text):i]  # ...unless the call is given back as text
             self._buf = self._buf[i + len(OPEN):]
             self._state, self._raw, self._bare = "head", "", False
             return True
@@ -190,7 +193,7 @@ class ToolCallParser:
 
     @property
     def _opening(self) -> str:
-        return "" if self._bare else OPEN
+        return self._ws + ("" if self._bare else OPEN)
 
     def _malformed(self, events: list[Event]) -> bool:
         i = -1 if self._bare else self._buf.find(CLOSE)
