@@ -95,11 +95,12 @@ class ChatTemplate:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         env.filters["tojson"] = _tojson
-        try:
-            self._template = env.from_string(self.source)
-            from jinja2 import meta
+        from jinja2 import meta
 
-            variables = meta.find_undeclared_variables(env.parse(self.source))
+        try:
+            ast = env.parse(self.source)  # parsed once: compiled, and searched for `tools`
+            self._template = env.from_string(ast)
+            variables = meta.find_undeclared_variables(ast)
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
         # Qwen 2.5's template renders `tools` and tool turns itself; others get them as text

@@ -100,9 +100,11 @@ def _physical_cores() -> int:
 def _read_schema(path: str) -> str:
     import json
 
+    from localinfer.commands.structured_flags import read_text
+
+    text = read_text(path, "--structured-schema")
     try:
-        text = Path(path).read_text(encoding="utf-8")
         json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise InvalidRequestError(f"--structured-schema: {path}: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidRequestError(f"--structured-schema: {path} is not JSON: {exc}") from exc
     return text

@@ -92,6 +92,7 @@ class LLMEngine:
         self.sampler = Sampler()
         self.guides = GuideFactory(tokenizer)  # compiled constraints, shared by requests
         self.masker: Any = None  # structured.masks.Masker, made for the first constrained step
+        self._constrained = False  # a constrained request was ever added: steps look for them
         self.streams: dict[int, TextStream] = {}
         self._seq_ids = itertools.count()
         self._pending: list[RequestOutput] = []  # abort outputs, emitted by the next step
@@ -123,6 +124,7 @@ class LLMEngine:
             raise exc
         params.validate()
         guide = None if params.structured is None else self.guides.guide(params.structured)
+        self._constrained |= guide is not None
         seq_id = next(self._seq_ids)
         seq = Sequence(
             seq_id=seq_id,
@@ -187,6 +189,8 @@ class LLMEngine:
 
     def _guided(self, batch: ScheduledBatch) -> list[Sequence]:
         """The constrained sequences that sample a token this step."""
+        if not self._constrained:
+            return []
         guided = []
         for i, seq_id in enumerate(batch.seq_ids):
             seq = self.scheduler.seqs.get(seq_id)

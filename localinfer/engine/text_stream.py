@@ -44,7 +44,7 @@ class TextStream:
             self.stopped = True
             self.held = ""
             return buf[: start + len(s)] if self.include_stop else buf[:start]
-        keep = self._longest_stop_prefix_suffix(buf)
+        keep = held_suffix(buf, self.stop)
         self.held = buf[len(buf) - keep :] if keep else ""
         return buf[: len(buf) - keep]
 
@@ -56,12 +56,14 @@ class TextStream:
                 best = (i, s)
         return best
 
-    def _longest_stop_prefix_suffix(self, buf: str) -> int:
-        """Length of the longest suffix of buf that is a proper prefix of a stop string."""
-        best = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(buf)), best, -1):
-                if buf.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+
+def held_suffix(buf: str, strings: list[str]) -> int:
+    """Length of the longest suffix of buf that is a proper prefix of one of `strings`: text
+    that must wait, since the next token may complete the string."""
+    best = 0
+    for s in strings:
+        for n in range(min(len(s) - 1, len(buf)), best, -1):
+            if buf.endswith(s[:n]):
+                best = n
+                break
+    return best

@@ -29,6 +29,18 @@ class Constraints:
     param: str | None = None  # the request field the constraint came from
     tools: ToolConfig | None = None  # offered tools (None: no tools, or tool_choice "none")
 
+    def bind_tools(self, tokenizer: Any) -> None:
+        """Offered tools constrain the answer to the call format, whose grammar names the
+        `<tool_call>` tags as special tokens where the model's vocabulary has them so."""
+        if self.tools is None:
+            return
+        from localinfer.structured.tokenizer import is_special
+
+        ids = [tokenizer.vocab.token_to_id.get(tag) for tag in (OPEN, CLOSE)]
+        special = all(i is not None and is_special(tokenizer, i) for i in ids)
+        self.structured = StructuredOutput(grammar=call_grammar(self.tools, special))
+        self.param = "tools"
+
 
 def parse_constraints(body: dict[str, Any], *, chat: bool) -> Constraints:
     found: list[tuple[str, StructuredOutput]] = []
@@ -62,15 +74,6 @@ def parse_constraints(body: dict[str, Any], *, chat: bool) -> Constraints:
     if found:
         return Constraints(found[0][1], found[0][0])
     return Constraints(tools=tools)
-
-
-def tool_constraint(tools: ToolConfig, tokenizer: Any) -> StructuredOutput:
-    """The grammar of the model's answer when it is offered tools."""
-    from localinfer.structured.tokenizer import is_special
-
-    ids = [tokenizer.vocab.token_to_id.get(tag) for tag in (OPEN, CLOSE)]
-    special = all(i is not None and is_special(tokenizer, i) for i in ids)
-    return StructuredOutput(grammar=call_grammar(tools, special_tags=special))
 
 
 def compile_constraint(guides: Any, spec: StructuredOutput, param: str) -> None:
@@ -125,8 +128,6 @@ def _structured_outputs(so: Any) -> StructuredOutput:
 
 
 def _make(param: str, fields: dict[str, Any]) -> StructuredOutput:
-    if isinstance(fields.get("choice"), list):
-        fields["choice"] = tuple(fields["choice"])
     if fields.get("json_object") is not None:
         fields["json_object"] = bool(fields["json_object"])
     try:

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from localinfer.server.state import ServerState
 
@@ -23,7 +24,6 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
     from localinfer.engine.engine_loop import EngineLoop
     from localinfer.llm import LLM
     from localinfer.sampling_params import SamplingParams
-    from localinfer.structured.spec import StructuredOutput
 
     cfg = state.config
     start = time.perf_counter()
@@ -41,14 +41,15 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
             params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
             for _ in loop.submit(llm.encode("Hello"), params):
                 pass
-            # structured output: llguidance's view of the vocabulary (~1 s for 151k tokens)
-            # and the mask kernel, so the first constrained request does not pay for them
-            params.structured = StructuredOutput(json_object=True)
-            for _ in loop.submit(llm.encode("Hello"), params):
-                pass
         state.metrics.watch_engine(
             lambda: (loop.stats(), loop.num_queued, state.in_flight))
         state.loop = loop
+        if cfg.warmup:
+            # llguidance's view of the vocabulary (~1 s for 151k tokens) and the mask kernel,
+            # beside serving rather than before it: the first constrained request waits for
+            # whatever is not done yet, unconstrained ones never do
+            threading.Thread(target=_warm_structured, args=(llm,),
+                             name="localinfer-warm", daemon=True).start()
     except Exception as exc:
         log.exception("loading the model failed")
         state.load_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -58,3 +59,10 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
     log.info("model %s ready in %.1f s (context %d tokens, %d KV blocks)", state.model_id,
              time.perf_counter() - start, llm.engine.max_model_len,
              llm.engine.block_manager.num_blocks)
+
+
+def _warm_structured(llm: Any) -> None:
+    try:
+        llm.engine.guides.warm_up()
+    except Exception:  # the first constrained request reports it
+        log.exception("warming up structured output failed")

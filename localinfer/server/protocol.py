@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.sampling_params import MAX_LOGPROBS, SamplingParams
+
+if TYPE_CHECKING:
+    from localinfer.server.constraints import Constraints
 
 MAX_N = 32
 MAX_STOP = 16
@@ -142,7 +145,7 @@ class GenerationFields:
     max_tokens: int | None  # None: until the context is full
     logprobs: int | None  # None: off; k: the sampled token's logprob and the top k
     params: SamplingParams  # max_tokens is set per prompt once its length is known
-    constraints: Any = None  # server.constraints.Constraints: response_format, tools, ...
+    constraints: Constraints  # response_format, structured_outputs, tools
 
 
 def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) -> GenerationFields:
@@ -150,7 +153,7 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
     if model is not None and not isinstance(model, str):
         raise invalid("model", "'model' must be a string")
     _reject_unsupported(body, chat)
-    from localinfer.server.constraints import parse_constraints
+    from localinfer.server.constraints import parse_constraints  # it imports this module
 
     constraints = parse_constraints(body, chat=chat)
     max_tokens = get_int(body, "max_tokens", 1, max_model_len, None)

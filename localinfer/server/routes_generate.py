@@ -7,7 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localinfer.server.constraints import compile_constraint, tool_constraint
+from localinfer.server.constraints import compile_constraint
 from localinfer.server.formatting import Formatter
 from localinfer.server.generation import ClientGone, Job, until_disconnect
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
@@ -25,11 +25,10 @@ async def chat_completions(request: Request) -> Response:
     state.require_ready()
     fields = parse_generation(body, chat=True, max_model_len=state.max_model_len)
     state.check_model(fields.model)
-    tools = fields.constraints.tools
-    if tools is not None:
-        fields.params.structured = tool_constraint(tools, state.llm.tokenizer)
-        fields.constraints.param = "tools"
-    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"), tools)
+    fields.constraints.bind_tools(state.llm.tokenizer)
+    fields.params.structured = fields.constraints.structured
+    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"),
+                                  fields.constraints.tools)
     check_context(len(ids), state.max_model_len, "messages")
     await _compile(state, fields)
     return await _generate(request, state, [ids], fields, chat=True)

@@ -60,6 +60,17 @@ class GuideFactory:
     def ll_tokenizer(self) -> Any:
         return ll_tokenizer(self.tokenizer)
 
+    def warm_up(self) -> None:
+        """Build llguidance's tokenizer and load the mask kernel now (any thread), so the first
+        constrained request does not pay for them."""
+        import numpy as np
+
+        from localinfer.structured.apply_mask import apply_bitmasks
+
+        _ = self.ll_tokenizer
+        one = np.zeros(1, np.int64)
+        apply_bitmasks(np.zeros((1, 32), np.float32), one, np.full((1, 1), -1, np.int32), one)
+
     def prepare(self, spec: StructuredOutput) -> Any:
         """The compiled prototype matcher of `spec`; raises StructuredOutputError."""
         grammar = spec.grammar_text()

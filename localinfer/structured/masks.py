@@ -24,7 +24,6 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -136,6 +135,5 @@ class Masker:
             self._chunks.shutdown(wait=False)
 
     def __del__(self) -> None:
-        pool: Any = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False)
+        if hasattr(self, "_chunks"):  # a half-built Masker has no threads to stop
+            self.close()

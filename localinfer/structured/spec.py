@@ -9,7 +9,7 @@ llguidance compiles; nothing here imports llguidance until a grammar is built.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from localinfer.errors import InvalidRequestError
@@ -40,6 +40,9 @@ class StructuredOutput:
     regex: str | None = None
     grammar: str | None = None  # Lark, llguidance's dialect (`%json {...}` inlines a schema)
     choice: tuple[str, ...] | None = None
+    # grammar_text(), once: the server compiles a request's constraint on a worker thread and
+    # the engine thread then needs the same text only to find the compiled prototype
+    _grammar: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.choice is not None and not isinstance(self.choice, tuple):
@@ -90,6 +93,12 @@ class StructuredOutput:
 
     def grammar_text(self) -> str:
         """The llguidance grammar (its JSON form) that enforces this constraint."""
+        if self._grammar is None:
+            object.__setattr__(self, "_grammar", self._build_grammar())
+        assert self._grammar is not None
+        return self._grammar
+
+    def _build_grammar(self) -> str:
         from llguidance import LLMatcher
 
         schema = self.schema()

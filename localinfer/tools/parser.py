@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from localinfer.engine.text_stream import held_suffix
 from localinfer.tools.hermes import CLOSE, OPEN
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
@@ -117,7 +118,7 @@ class ToolCallParser:
             self._buf = self._buf[i + len(OPEN):]
             self._state, self._raw, self._bare = "head", "", False
             return True
-        undecided = _partial_suffix(self._buf, OPEN)
+        undecided = held_suffix(self._buf, [OPEN])
         sure = self._buf[: len(self._buf) - undecided].rstrip()  # whitespace waits too
         events += self._content(sure)
         self._buf = self._buf[len(sure):]
@@ -208,11 +209,3 @@ class ToolCallParser:
             return []
         self.content += text
         return [("content", text)]
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of text that is a proper prefix of tag."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
