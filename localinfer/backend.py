@@ -30,6 +30,9 @@ class ModelRunner(ABC):
     # True for runners that take any architecture their library knows (llama.cpp): LLM then
     # validates the GGUF file but not the architecture's hyperparameters and tensors
     supports_any_architecture: ClassVar[bool] = False
+    # True for runners that keep sliding-window layers' K/V in a pool of their own
+    # (engine/sliding_window.py): LLM then sizes it and passes num_swa_blocks=
+    sliding_window_pool: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class ModelRunner(ABC):
 _REGISTRY: dict[str, tuple[str, str]] = {
     "numba": ("localinfer.backends.numba_cpu.runner:NumbaModelRunner", "numba"),
     "llamacpp": ("localinfer.backends.llamacpp.runner:LlamaCppModelRunner", "llamacpp"),
+    "triton": ("localinfer.backends.triton_cuda.runner:TritonModelRunner", "cuda"),
 }
 
 

@@ -142,7 +142,7 @@ class LLM:
         layers, engine/sliding_window.py) also its size, in options["num_swa_blocks"]."""
         config, per_token = self.config, runner_cls.kv_bytes_per_token(self.config)
         n_sliding = sum(config.swa_layers) if config.sliding_window > 0 else 0
-        if not (n_sliding and getattr(runner_cls, "sliding_window_pool", False)):
+        if not (n_sliding and runner_cls.sliding_window_pool):
             return self.engine_config.resolve_num_blocks(per_token)
         from localinfer.engine.sliding_window import size_kv_pools
 

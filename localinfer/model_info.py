@@ -168,6 +168,10 @@ def runnable_backends(arch: str) -> list[str]:
         found.append("llamacpp")
     else:
         found.append("llamacpp (not installed: pip install 'localinfer[llamacpp]')")
+    if arch in SUPPORTED_ARCHITECTURES:
+        from localinfer.backends.triton_cuda.device import describe
+
+        found.append(describe())  # the GPU it would use, or why there is none
     return found
 
 

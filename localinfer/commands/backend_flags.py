@@ -12,8 +12,9 @@ def add_backend_arguments(p: argparse.ArgumentParser) -> None:
     from localinfer.backend import available_backends
 
     p.add_argument("--backend", default="numba", choices=available_backends(),
-                   help="numba (default: localinfer's own kernels) or llamacpp "
-                        "(llama.cpp's decoder under localinfer's scheduler)")
+                   help="numba (default: localinfer's own kernels), llamacpp "
+                        "(llama.cpp's decoder under localinfer's scheduler) or triton "
+                        "(Triton kernels on an NVIDIA GPU: pip install 'localinfer[cuda]')")
     p.add_argument("--n-gpu-layers", type=int, default=0, metavar="N",
                    help="llamacpp backend: layers to offload to a Metal/CUDA GPU (default 0)")
     p.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto",
