@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 from gguf_factory import TensorSpec, build_gguf, tiny_llama_parts, write_tiny_gemma3
@@ -151,3 +152,34 @@ def test_cli_run_and_info_with_backend_triton(model_dir):
                           capture_output=True, text=True, env=env, timeout=300)
     assert info.returncode == 0, info.stderr
     assert "triton (TRITON_INTERPRET=1" in info.stdout
+
+
+@pytest.mark.parametrize("name", ["llama-q4_1", "gemma3-f32"])
+def test_padded_decode_bucket_equals_eager_step(model_dir, name):
+    """What a CUDA graph replays (graphs.py): the decode batch padded to its bucket in the
+    static input buffer gives the eager step's logits, and padding rows store no K/V."""
+    from localinfer.backends.triton_cuda.graphs import static_inputs
+    from localinfer.backends.triton_cuda.step import StepInputs
+
+    llm = LLM(model(model_dir, name), backend="triton", kv_cache_mb=2)
+    runner = llm.engine.runner
+    gemma = llm.config.arch == "gemma3"
+    prefill_logits(llm, PROMPT[:20])  # sequence 0's K/V in blocks 0, 1
+    tables = [[0, 1], [0, 1], [0, 1]]
+    batch = ScheduledBatch([0, 1, 2], [7, 8, 9], [20, 20, 20], [0, 1, 2, 3], [21] * 3, tables,
+                           [20, 20, 20], [0, 1, 2], 16,
+                           swa_block_tables=tables if gemma else [],
+                           swa_slot_mapping=[20, 20, 20] if gemma else [])
+    before = [p.clone() for p in runner.pools.storage]
+    eager = runner.forward(batch).cpu().numpy()
+    for p, b in zip(runner.pools.storage, before):
+        p.copy_(b)
+    static, inputs = static_inputs(runner, 4, 16, gemma)  # bucket 4, tables 16 wide
+    static.copy_(torch.from_numpy(StepInputs.pack(batch, 4, 4, 16, gemma)))
+    padded = runner._step(runner.weights, runner.config, inputs, runner.pools,
+                          runner.scratch).cpu().numpy()
+    np.testing.assert_allclose(padded[:3], eager, rtol=1e-5, atol=1e-5)
+    for p, b in zip(runner.pools.storage, before):
+        if p.numel():  # only slot 20, by the real rows: the padding row stored nothing
+            slots = (p != b).reshape(p.shape[0] * p.shape[1], p.shape[2] * p.shape[3], -1)
+            assert slots.any(-1).any(0).nonzero().flatten().tolist() == [20]

@@ -188,12 +188,11 @@ def attend(qkv: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     _, block_size, n_kv, head_dim = k_pool.shape
     group = n_heads // n_kv
     split = p.n_splits > 1
-    if split:
-        if scratch is None or scratch[0].numel() < p.n_splits * n_tokens * n_heads * head_dim:
-            scratch = (torch.empty(p.n_splits * n_tokens * n_heads * head_dim,
-                                   dtype=torch.float32, device=qkv.device),
-                       torch.empty(p.n_splits * n_tokens * n_heads * 2, dtype=torch.float32,
-                                   device=qkv.device))
+    if split:  # partials: (n_splits, n_tokens, n_heads) x (head_dim | max and sum)
+        need = p.n_splits * n_tokens * n_heads
+        if scratch is None or scratch[1].numel() < 2 * need:
+            scratch = (torch.empty(need * head_dim, device=qkv.device),
+                       torch.empty(2 * need, device=qkv.device))
         pacc, pml = scratch
     else:
         pacc = pml = out

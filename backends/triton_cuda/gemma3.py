@@ -35,6 +35,7 @@ def gemma3_step(w: TritonWeights, c: ModelConfig, inp: StepInputs, pools: Pools,
     k_col, v_col = c.n_heads * c.head_dim, (c.n_heads + c.n_kv_heads) * c.head_dim
     scale = c.attn_scale or 1.0 / math.sqrt(c.head_dim)
     e = w.extra
+    split = s.split_for(inp.plan, n)
     embed(inp.tokens, w.embd, x, scale=math.sqrt(c.n_embd))
     add_rmsnorm(x, None, w.attn_norm[0], xn, c.rms_eps)
     for layer in range(c.n_layers):
@@ -49,7 +50,7 @@ def gemma3_step(w: TritonWeights, c: ModelConfig, inp: StepInputs, pools: Pools,
              fscale, norm=e["attn_k_norm"][layer], eps=c.rms_eps)
         kv_store(qkv, slots, k_pool, v_pool, k_col, v_col)
         attend(qkv, k_pool, v_pool, tables, inp.positions, inp.plan, att, c.n_heads, scale,
-               window=c.sliding_window if local else 0, scratch=s.split)
+               window=c.sliding_window if local else 0, scratch=split)
         project(att, w.wo[layer], xn)
         add_rmsnorm(x, xn, w.ffn_norm[layer], xn, c.rms_eps, post=e["post_attention_norm"][layer])
         project(xn, w.wgu[layer], gu)

@@ -33,6 +33,7 @@ def llama_step(w: TritonWeights, c: ModelConfig, inp: StepInputs, pools: Pools,
     x, xn, qkv, att, gu, hid = s.views(n)
     k_col, v_col = c.n_heads * c.head_dim, (c.n_heads + c.n_kv_heads) * c.head_dim
     scale = 1.0 / math.sqrt(c.head_dim)
+    split = s.split_for(inp.plan, n)
     embed(inp.tokens, w.embd, x)
     add_rmsnorm(x, None, w.attn_norm[0], xn, c.rms_eps)
     for layer in range(c.n_layers):
@@ -44,7 +45,7 @@ def llama_step(w: TritonWeights, c: ModelConfig, inp: StepInputs, pools: Pools,
              c.rope_neox)
         kv_store(qkv, inp.slots, k_pool, v_pool, k_col, v_col)
         attend(qkv, k_pool, v_pool, inp.tables, inp.positions, inp.plan, att, c.n_heads,
-               scale, scratch=s.split)
+               scale, scratch=split)
         project(att, w.wo[layer], xn)
         add_rmsnorm(x, xn, w.ffn_norm[layer], xn, c.rms_eps)
         project(xn, w.wgu[layer], gu)

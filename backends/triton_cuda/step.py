@@ -30,16 +30,17 @@ class StepInputs:
     rows: torch.Tensor  # (n_logits,) int64 token rows whose logits the step returns
     plan: AttentionPlan
 
-    @classmethod
-    def build(cls, batch: ScheduledBatch, device: torch.device, group_p: int, n_kv: int,
-              split_target: int) -> StepInputs:
-        n, n_seqs = batch.num_tokens, batch.num_seqs
-        width = max(1, max(len(t) for t in batch.block_tables))
-        swa = bool(batch.swa_block_tables)
+    @staticmethod
+    def pack(batch: ScheduledBatch, n: int, n_seqs: int, width: int, swa: bool) -> np.ndarray:
+        """The batch as one int32 array (tokens, positions, slots, tables, then the sliding
+        pool's tables and slots), padded to n tokens and n_seqs sequences: padding tokens
+        are token 0 at position 0 with slot -1 (their K/V are not stored)."""
+        m = batch.num_tokens
         host = np.zeros(3 * n + n_seqs * width * (2 if swa else 1) + (n if swa else 0),
                         np.int32)
-        host[:n], host[n: 2 * n], host[2 * n: 3 * n] = (batch.token_ids, batch.positions,
-                                                        batch.slot_mapping)
+        host[:m], host[n: n + m], host[2 * n: 2 * n + m] = (batch.token_ids, batch.positions,
+                                                            batch.slot_mapping)
+        host[2 * n + m: 3 * n] = -1
         tables = host[3 * n: 3 * n + n_seqs * width].reshape(n_seqs, width)
         for i, t in enumerate(batch.block_tables):
             tables[i, : len(t)] = t
@@ -48,18 +49,34 @@ class StepInputs:
             swa_tables = host[at: at + n_seqs * width].reshape(n_seqs, width)
             for i, t in enumerate(batch.swa_block_tables):
                 swa_tables[i, : len(t)] = np.maximum(t, 0)
-            host[at + n_seqs * width:] = batch.swa_slot_mapping
-        dev = torch.from_numpy(host).to(device)
+            swa_slots = host[at + n_seqs * width:]
+            swa_slots[:m] = batch.swa_slot_mapping
+            swa_slots[m:] = -1
+        return host
+
+    @classmethod
+    def on_device(cls, dev: torch.Tensor, n: int, n_seqs: int, width: int, swa: bool,
+                  rows: torch.Tensor, p: AttentionPlan) -> StepInputs:
+        """Views of a packed array on the device (pack's layout)."""
         t = dev[3 * n: 3 * n + n_seqs * width].view(n_seqs, width)
         swa_t, swa_s = t, dev[2 * n: 3 * n]
         if swa:
             at = 3 * n + n_seqs * width
             swa_t = dev[at: at + n_seqs * width].view(n_seqs, width)
             swa_s = dev[at + n_seqs * width:]
+        return cls(dev[:n], dev[n: 2 * n], dev[2 * n: 3 * n], t, swa_s, swa_t, rows, p)
+
+    @classmethod
+    def build(cls, batch: ScheduledBatch, device: torch.device, group_p: int, n_kv: int,
+              split_target: int) -> StepInputs:
+        n, n_seqs = batch.num_tokens, batch.num_seqs
+        width = max(1, max(len(t) for t in batch.block_tables))
+        swa = bool(batch.swa_block_tables)
+        dev = torch.from_numpy(cls.pack(batch, n, n_seqs, width, swa)).to(device)
         rows = torch.tensor(batch.logits_indices, dtype=torch.int64).to(device)
         p = plan(np.asarray(batch.seq_starts, np.int64), group_p, device, width, n_kv,
                  split_target)
-        return cls(dev[:n], dev[n: 2 * n], dev[2 * n: 3 * n], t, swa_s, swa_t, rows, p)
+        return cls.on_device(dev, n, n_seqs, width, swa, rows, p)
 
 
 @dataclass(slots=True)
@@ -100,7 +117,7 @@ class Scratch:
 
     def __init__(self, c: ModelConfig, capacity: int, device: torch.device) -> None:
         self.c, self.device, self.capacity = c, device, 0
-        self.split: tuple[torch.Tensor, torch.Tensor] | None = None  # split-decode partials
+        self.split = (torch.empty(0, device=device), torch.empty(0, device=device))
         self.ensure(capacity)
 
     def ensure(self, n: int) -> None:
@@ -117,6 +134,17 @@ class Scratch:
         """x, xn, qkv, att, gu, hid: (n, width) each."""
         self.ensure(n)
         return [b[:n] for b in self.bufs]
+
+    def split_for(self, p: AttentionPlan, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A split decode's partial results (attention.py), grown on demand; None unsplit."""
+        if p.n_splits == 1:
+            return None
+        c = self.c
+        need = p.n_splits * n * c.n_heads
+        if self.split[1].numel() < 2 * need:
+            self.split = (torch.empty(need * c.head_dim, device=self.device),
+                          torch.empty(2 * need, device=self.device))
+        return self.split
 
     def logits(self, n: int) -> torch.Tensor:
         """(n, n_vocab): grown on demand, as a step rarely returns more rows than sequences."""
