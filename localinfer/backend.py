@@ -33,6 +33,10 @@ class ModelRunner(ABC):
     # True for runners that keep sliding-window layers' K/V in a pool of their own
     # (engine/sliding_window.py): LLM then sizes it and passes num_swa_blocks=
     sliding_window_pool: ClassVar[bool] = False
+    # such a runner sets these for its model: the window (tokens; 0 = no sliding layers) and
+    # the pool's blocks; the engine then gives every batch swa_block_tables / swa_slot_mapping
+    sliding_window: int = 0
+    num_swa_blocks: int | None = None
 
     def __init__(
         self,
@@ -60,6 +64,12 @@ class ModelRunner(ABC):
         """Run one step: write the batch's K/V into the pool, return float32 logits of shape
         (len(batch.logits_indices), n_vocab) in the order of batch.logits_indices. The engine
         may modify them in place (structured-output masks) until the next execute()."""
+
+    def fit_kv(self, max_num_seqs: int, max_model_len: int) -> tuple[int, int | None]:
+        """Called once by the engine before the first step: the longest sequence and the most
+        live sequences (None: no limit) this runner's KV layout holds for an engine of these
+        limits.  A runner whose pool any sequence may fill (the default) changes neither."""
+        return max_model_len, None
 
     def free_sequence(  # noqa: B027 - optional hook
         self, seq_id: int, block_table: list[int], cached: set[int]

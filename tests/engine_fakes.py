@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from localinfer.backend import ModelRunner
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.llm_engine import LLMEngine
@@ -12,12 +13,13 @@ N_VOCAB = 64
 EOS = 0
 
 
-class FakeRunner:
+class FakeRunner(ModelRunner):
     """Logits are a fixed function of the whole context, which it reads back from the KV
     slots the batch names, as a paged KV cache would; reading a slot that was never written
     (or that holds another position) fails the test."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int) -> None:  # no GGUF file to own
+        self.threads = None
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.kv: dict[int, tuple[int, int]] = {}  # slot -> (position, hash of context)

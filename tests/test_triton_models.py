@@ -172,14 +172,29 @@ def test_padded_decode_bucket_equals_eager_step(model_dir, name):
                            swa_slot_mapping=[20, 20, 20] if gemma else [])
     before = [p.clone() for p in runner.pools.storage]
     eager = runner.forward(batch).cpu().numpy()
-    for p, b in zip(runner.pools.storage, before):
+    for p, b in zip(runner.pools.storage, before, strict=True):
         p.copy_(b)
     static, inputs = static_inputs(runner, 4, 16, gemma)  # bucket 4, tables 16 wide
     static.copy_(torch.from_numpy(StepInputs.pack(batch, 4, 4, 16, gemma)))
     padded = runner._step(runner.weights, runner.config, inputs, runner.pools,
                           runner.scratch).cpu().numpy()
     np.testing.assert_allclose(padded[:3], eager, rtol=1e-5, atol=1e-5)
-    for p, b in zip(runner.pools.storage, before):
+    for p, b in zip(runner.pools.storage, before, strict=True):
         if p.numel():  # only slot 20, by the real rows: the padding row stored nothing
             slots = (p != b).reshape(p.shape[0] * p.shape[1], p.shape[2] * p.shape[3], -1)
             assert slots.any(-1).any(0).nonzero().flatten().tolist() == [20]
+
+
+def test_addresses_outside_the_pool_are_refused(model_dir):
+    """A kernel given a slot or block outside its pool would write GPU memory that is not the
+    pool's; the runner refuses the batch instead."""
+    from localinfer.errors import InvalidRequestError
+
+    llm = LLM(model(model_dir, "llama-f32"), backend="triton", kv_cache_mb=1)
+    runner = llm.engine.runner
+    past = runner.num_blocks * 16
+    for slots, tables in (([past], [[0]]), ([3], [[runner.num_blocks]]), ([-2], [[0]])):
+        batch = ScheduledBatch([0], [5], [0], [0, 1], [1], tables, slots, [0], 16)
+        with pytest.raises(InvalidRequestError, match="outside the pool"):
+            runner.execute(batch)
+    assert llm.generate(["hello"], SamplingParams(max_tokens=2))[0].token_ids  # still serves

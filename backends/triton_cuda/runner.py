@@ -52,6 +52,7 @@ class TritonModelRunner(ModelRunner):
         config.check_tensors(gguf)
         c = config
         self.weights = TritonWeights.load(gguf, c, self.device)
+        self.sliding_window = c.sliding_window if any(c.swa_layers) else 0
         self.num_swa_blocks = num_swa_blocks or num_blocks
         self.pools = Pools.allocate(c, num_blocks, self.num_swa_blocks, block_size, self.device)
         self.scratch = Scratch(c, max_num_batched_tokens, self.device)
@@ -77,11 +78,29 @@ class TritonModelRunner(ModelRunner):
             return np.zeros((0, self.config.n_vocab), np.float32)
         if min(batch.token_ids) < 0 or max(batch.token_ids) >= self.config.n_vocab:
             raise InvalidRequestError("token id out of range")
+        self._check_addresses(batch)
         if self._graphs is not None:
             logits = self._graphs.run(batch)
             if logits is not None:
                 return logits
         return self.forward(batch).cpu().numpy()
+
+    def _check_addresses(self, batch: ScheduledBatch) -> None:
+        """A kernel given a slot or block outside its pool would write or read GPU memory
+        that is not the pool's: refuse such a batch instead."""
+        slots = self.num_blocks * self.block_size
+        if self.sliding_window and not batch.swa_block_tables:
+            raise InvalidRequestError("triton backend: a gemma3 batch without its "
+                                      "sliding-window block tables")
+        if max(batch.slot_mapping) >= slots or min(batch.slot_mapping) < 0 or any(
+                max(t, default=0) >= self.num_blocks or min(t, default=0) < 0
+                for t in batch.block_tables):
+            raise InvalidRequestError("triton backend: KV slot or block outside the pool")
+        if batch.swa_block_tables and (
+                max(batch.swa_slot_mapping) >= self.num_swa_blocks * self.block_size
+                or any(max(t, default=0) >= self.num_swa_blocks for t in batch.swa_block_tables)):
+            raise InvalidRequestError("triton backend: KV slot or block outside the "
+                                      "sliding-window pool")
 
     def forward(self, batch: ScheduledBatch):  # -> torch.Tensor (n_logits, n_vocab), device
         from .step import StepInputs

@@ -75,8 +75,7 @@ def _kv_mb(plan: BenchPlan, tokens: int, max_seqs: int) -> float:
     per_token = runner_cls.kv_bytes_per_token(config)
     blocks = round_up(tokens, 16) // 16
     n_sliding = sum(config.swa_layers) if config.sliding_window > 0 else 0
-    if not (0 < n_sliding < config.n_layers and getattr(runner_cls, "sliding_window_pool",
-                                                         False)):
+    if not (0 < n_sliding < config.n_layers and runner_cls.sliding_window_pool):
         return (blocks + 0.5) * 16 * per_token / 2**20
     per_layer = per_token // config.n_layers
     g_block = 16 * per_layer * (config.n_layers - n_sliding)

@@ -67,20 +67,18 @@ class LLMEngine:
         self.block_manager = BlockManager(
             config.num_blocks, config.block_size, config.enable_prefix_caching
         )
-        self.block_manager.on_free = getattr(runner, "free_sequence", None)  # optional hook
+        self.block_manager.on_free = runner.free_sequence
         self.scheduler = Scheduler(config, self.block_manager, tokenizer.eog_ids)
         # a runner that lays out its KV cache for these limits (llama.cpp: one stream per
         # sequence) may hold shorter sequences or fewer live ones: the scheduler keeps both
-        fit_kv = getattr(runner, "fit_kv", None)
-        if fit_kv is not None:
-            max_len, max_running = fit_kv(config.max_num_seqs, self.scheduler.max_model_len)
-            self.scheduler.max_model_len = min(self.scheduler.max_model_len, max_len)
-            self.scheduler.max_running = max_running
+        max_len, max_running = runner.fit_kv(config.max_num_seqs, self.scheduler.max_model_len)
+        self.scheduler.max_model_len = min(self.scheduler.max_model_len, max_len)
+        self.scheduler.max_running = max_running
         # sliding-window layers (gemma3): their own pool, blocks freed as they leave the window
         self.sliding: SlidingWindowPool | None = None
-        window = getattr(runner, "sliding_window", 0)
+        window = runner.sliding_window
         if window:
-            num_swa = getattr(runner, "num_swa_blocks", None) or config.num_blocks
+            num_swa = runner.num_swa_blocks or config.num_blocks
             least = min_pool_blocks(window, config.block_size, config.num_blocks)
             if num_swa < least:
                 raise InvalidRequestError(
