@@ -198,3 +198,22 @@ def test_addresses_outside_the_pool_are_refused(model_dir):
         with pytest.raises(InvalidRequestError, match="outside the pool"):
             runner.execute(batch)
     assert llm.generate(["hello"], SamplingParams(max_tokens=2))[0].token_ids  # still serves
+
+
+def test_shapes_file_fills_into_a_model_of_the_same_tensors(model_dir, tmp_path):
+    """tests/gguf_shapes.py (the GPU speed runs' models): metadata + tensor table -> a model
+    with the same tensors, types and byte size that loads and runs."""
+    from gguf_shapes import describe, fill
+
+    from localinfer.gguf_file import open_gguf
+
+    src = model(model_dir, "qwen2-q5_0")
+    shapes = describe(src, tmp_path / "s.gguf")
+    assert shapes.stat().st_size < src.stat().st_size
+    out = fill(shapes, tmp_path / "r.gguf")
+    with open_gguf(src) as a, open_gguf(out) as b:
+        assert {n: (tuple(t.shape), t.ggml_type) for n, t in a.tensors.items()} == \
+            {n: (tuple(t.shape), t.ggml_type) for n, t in b.tensors.items()}
+    assert out.stat().st_size == src.stat().st_size
+    assert len(LLM(out, backend="triton", kv_cache_mb=1).generate(
+        ["hello"], SamplingParams(max_tokens=3, ignore_eos=True))[0].token_ids) == 3
