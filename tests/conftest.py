@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 
 import pytest
+
+# The Triton backend's tests: without an NVIDIA GPU its kernels run under Triton's interpreter,
+# which must be chosen before any @triton.jit kernel is defined — so here, before any test
+# module is imported (tests/triton_env.py says which device the tests then use)
+if not glob.glob("/dev/nvidia[0-9]*"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from gguf_cut import cut_blocks
 from test_triton_models import prefill_logits
-from triton_env import DEVICE  # noqa: F401  (TRITON_INTERPRET before the kernels load)
 
 from localinfer.llm import LLM
 

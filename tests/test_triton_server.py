@@ -10,7 +10,6 @@ import openai
 import pytest
 from gguf_factory import write_tiny_llama
 from server_harness import ServerThread
-from triton_env import DEVICE  # noqa: F401  (TRITON_INTERPRET before the kernels load)
 
 from localinfer.server.config import ServerConfig
 

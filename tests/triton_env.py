@@ -1,12 +1,10 @@
-"""Import first in Triton tests: without a CUDA GPU, the kernels run under Triton's interpreter
-(TRITON_INTERPRET must be set before any @triton.jit kernel is defined) on torch CPU tensors;
-with one, the same tests run on the GPU."""
+"""The device of the Triton tests: the GPU when there is one and TRITON_INTERPRET is not set
+(conftest.py sets it on machines without an NVIDIA device), else the CPU under Triton's
+interpreter, with torch CPU tensors."""
 
 import os
 
 import torch
 
 ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "") in ("", "0")
-if not ON_GPU:
-    os.environ["TRITON_INTERPRET"] = "1"
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")

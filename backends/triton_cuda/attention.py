@@ -75,7 +75,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
         k = tl.load(k_ptr + kv, mask=d_ok[None, :], other=0.0).to(tl.float32)
         s = tl.dot(q, tl.trans(k)) * sm_scale  # (R, BLOCK_SIZE)
         if HAS_SOFTCAP:
-            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
+            t = tl.minimum(tl.maximum(2.0 * s / softcap, -30.0), 30.0)  # tanh = ±1 beyond
+            s = softcap * (1.0 - 2.0 / (tl.exp(t) + 1.0))
         kpos = b * BLOCK_SIZE + j
         ok = kpos[None, :] <= pos[:, None]
         if window > 0:

@@ -36,6 +36,7 @@ MAX_BUCKET = 64
 class _Graph:
     graph: torch.cuda.CUDAGraph
     static: torch.Tensor  # the packed inputs (device)
+    inputs: StepInputs  # views of `static` and the plan's tensors: the graph reads them all
     logits: torch.Tensor  # (bucket, n_vocab), written by every replay
 
 
@@ -45,7 +46,8 @@ class DecodeGraphs:
         self.enabled = os.environ.get("LOCALINFER_CUDA_GRAPHS", "1") != "0"
         self.max_bucket = min(MAX_BUCKET, max_tokens)
         self.pool = torch.cuda.graph_pool_handle()
-        self.scratch = Scratch(runner.config, self.max_bucket, runner.device)
+        # graphs keep the addresses they were captured with: this scratch never frees a buffer
+        self.scratch = Scratch(runner.config, self.max_bucket, runner.device, keep_retired=True)
         self.graphs: dict[tuple[int, int, bool], _Graph] = {}
 
     @staticmethod
@@ -88,7 +90,7 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             logits = step()
-        return _Graph(graph, static, logits)
+        return _Graph(graph, static, inputs, logits)
 
 
 def static_inputs(r: TritonModelRunner, bucket: int, width: int,

@@ -63,9 +63,9 @@ def _config(m: int) -> tuple[int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, DOT) for m rows.  The interpreter runs programs one after
     another in Python, so it gets tiles 4x wider: the same kernels, a fraction of the calls."""
     wide = 4 if INTERPRETED else 1
-    if m <= GEMV_MAX_M:
+    if m <= GEMV_MAX_M:  # the broadcast product (M, N, K) stays at 8K values per program
         block_m = triton.next_power_of_2(m)
-        return block_m, max(16, 128 // block_m) * wide, 128, False
+        return block_m, max(16, 64 // block_m) * wide, 128 if block_m < 8 else 64, False
     return 64, 64 * wide, 32 * wide, True
 
 

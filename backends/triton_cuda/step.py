@@ -113,10 +113,15 @@ class Pools:
 
 
 class Scratch:
-    """Activations for up to `capacity` tokens, reused by every step (views [:n])."""
+    """Activations for up to `capacity` tokens, reused by every step (views [:n]).
+    keep_retired: buffers replaced by bigger ones stay allocated (CUDA graphs captured with
+    the old ones still write there)."""
 
-    def __init__(self, c: ModelConfig, capacity: int, device: torch.device) -> None:
+    def __init__(self, c: ModelConfig, capacity: int, device: torch.device,
+                 keep_retired: bool = False) -> None:
         self.c, self.device, self.capacity = c, device, 0
+        self.retired: list[torch.Tensor] | None = [] if keep_retired else None
+        self.bufs: list[torch.Tensor] = []
         self.split = (torch.empty(0, device=device), torch.empty(0, device=device))
         self.ensure(capacity)
 
@@ -126,9 +131,14 @@ class Scratch:
         c, f32 = self.c, torch.float32
         qkv = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
         widths = (c.n_embd, c.n_embd, qkv, c.n_heads * c.head_dim, 2 * c.n_ff, c.n_ff)
+        self._retire(*self.bufs)
         self.bufs = [torch.empty(n, w, dtype=f32, device=self.device) for w in widths]
         self.capacity = n
         self.logit_buf = torch.empty(0, c.n_vocab, dtype=f32, device=self.device)
+
+    def _retire(self, *bufs: torch.Tensor) -> None:
+        if self.retired is not None:
+            self.retired.extend(bufs)
 
     def views(self, n: int) -> list[torch.Tensor]:
         """x, xn, qkv, att, gu, hid: (n, width) each."""
@@ -142,6 +152,7 @@ class Scratch:
         c = self.c
         need = p.n_splits * n * c.n_heads
         if self.split[1].numel() < 2 * need:
+            self._retire(*self.split)
             self.split = (torch.empty(need * c.head_dim, device=self.device),
                           torch.empty(2 * need, device=self.device))
         return self.split
@@ -149,6 +160,7 @@ class Scratch:
     def logits(self, n: int) -> torch.Tensor:
         """(n, n_vocab): grown on demand, as a step rarely returns more rows than sequences."""
         if n > self.logit_buf.shape[0]:
+            self._retire(self.logit_buf)
             self.logit_buf = torch.empty(n, self.c.n_vocab, dtype=torch.float32,
                                          device=self.device)
         return self.logit_buf[:n]
