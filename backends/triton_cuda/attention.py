@@ -5,14 +5,14 @@ A program takes one "query block" — up to BLOCK_Q consecutive tokens of one se
 KV head, and packs the GROUP query heads that share that KV head into the rows of one tile:
 
     rows r = (token t, head h) = (r // GROUP_P, r % GROUP_P)     R = BLOCK_Q * GROUP_P rows
-    for each KV block b of the sequence the rows can see:          (block table -> physical id)
-        S = Q · K_bᵀ · scale   (softcap)   causal + sliding-window mask    (R, block_size)
+    for each tile of 64 keys (4 KV blocks of 16) the rows can see:  (block table -> physical ids)
+        S = Q · K_tileᵀ · scale   (softcap)   causal + sliding-window mask   (R, 64)
         online softmax: m, l, acc updated exactly as one softmax over all keys
 
 so each K/V block is read once for a whole GQA group and BLOCK_Q tokens.  A prefill chunk whose
 earlier tokens are cached (prefix reuse, chunked prefill) is the same loop with more blocks
 before the diagonal; a decode is BLOCK_Q = 1.  Long decodes with few sequences split their
-blocks over `n_splits` programs (grid axis 2) that write unnormalized partial results; the merge
+tiles over `n_splits` programs (grid axis 2) that write unnormalized partial results; the merge
 rescales them to the common maximum, so the result is the unsplit one up to rounding.
 K/V pool layout, per layer: (num_blocks, block_size, n_kv_heads, head_dim) f16.
 """
@@ -37,7 +37,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
                       N_HEADS: tl.constexpr, N_KV: tl.constexpr, GROUP: tl.constexpr,
                       GROUP_P: tl.constexpr, BLOCK_Q: tl.constexpr, HEAD_DIM: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                      HAS_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr):
+                      PAGES: tl.constexpr, HAS_SOFTCAP: tl.constexpr, SPLIT: tl.constexpr):
     qb = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -61,24 +61,30 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
         lo = tl.maximum(first_pos - window + 1, 0)
     blk_lo = lo // BLOCK_SIZE
     blk_hi = last_pos // BLOCK_SIZE + 1
-    per = tl.cdiv(blk_hi - blk_lo, n_splits)
-    b0 = blk_lo + split * per
-    b1 = tl.minimum(blk_hi, b0 + per)
+    # TILE = PAGES blocks of keys per iteration (each through its own block-table entry)
+    n_tiles = tl.cdiv(blk_hi - blk_lo, PAGES)
+    per = tl.cdiv(n_tiles, n_splits)
+    t0 = split * per
+    t1 = tl.minimum(n_tiles, t0 + per)
 
     m = tl.full((BLOCK_Q * GROUP_P,), NEG, tl.float32)
     l_sum = tl.zeros((BLOCK_Q * GROUP_P,), tl.float32)
     acc = tl.zeros((BLOCK_Q * GROUP_P, BLOCK_D), tl.float32)
-    j = tl.arange(0, BLOCK_SIZE)
-    for b in range(b0, b1):
-        phys = tl.load(table_ptr + seq * stride_t + b).to(tl.int64)
-        kv = (phys * BLOCK_SIZE + j)[:, None] * (N_KV * HEAD_DIM) + kvh * HEAD_DIM + d[None, :]
-        k = tl.load(k_ptr + kv, mask=d_ok[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * sm_scale  # (R, BLOCK_SIZE)
+    j = tl.arange(0, PAGES * BLOCK_SIZE)
+    for t in range(t0, t1):
+        page = blk_lo + t * PAGES + j // BLOCK_SIZE  # (TILE,) logical block of each key
+        page_ok = page < blk_hi
+        phys = tl.load(table_ptr + seq * stride_t + page, mask=page_ok, other=0).to(tl.int64)
+        kv = ((phys * BLOCK_SIZE + j % BLOCK_SIZE)[:, None] * (N_KV * HEAD_DIM)
+              + kvh * HEAD_DIM + d[None, :])
+        kv_ok = page_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_ptr + kv, mask=kv_ok, other=0.0).to(tl.float32)
+        s = tl.dot(q, tl.trans(k)) * sm_scale  # (R, TILE)
         if HAS_SOFTCAP:
             t = tl.minimum(tl.maximum(2.0 * s / softcap, -30.0), 30.0)  # tanh = ±1 beyond
             s = softcap * (1.0 - 2.0 / (tl.exp(t) + 1.0))
-        kpos = b * BLOCK_SIZE + j
-        ok = kpos[None, :] <= pos[:, None]
+        kpos = page * BLOCK_SIZE + j % BLOCK_SIZE
+        ok = page_ok[None, :] & (kpos[None, :] <= pos[:, None])
         if window > 0:
             ok = ok & (kpos[None, :] > pos[:, None] - window)
         s = tl.where(ok, s, float("-inf"))
@@ -86,7 +92,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + kv, mask=d_ok[None, :], other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + kv, mask=kv_ok, other=0.0).to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p, v)
         m = m_new
     if SPLIT:  # unnormalized partials: (n_splits, n_tokens, N_HEADS, ...)
@@ -204,7 +210,8 @@ def attend(qkv: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                             N_HEADS=n_heads, N_KV=n_kv, GROUP=group,
                             GROUP_P=triton.next_power_of_2(group), BLOCK_Q=p.block_q,
                             HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim),
-                            BLOCK_SIZE=block_size, HAS_SOFTCAP=softcap > 0, SPLIT=split)
+                            BLOCK_SIZE=block_size, PAGES=max(1, 64 // block_size),
+                            HAS_SOFTCAP=softcap > 0, SPLIT=split)
     if split:
         _merge_kernel[(n_tokens, n_heads)](pacc, pml, out, out.stride(0), n_tokens, p.n_splits,
                                            N_HEADS=n_heads, HEAD_DIM=head_dim,
