@@ -174,8 +174,8 @@ def test_padded_decode_bucket_equals_eager_step(model_dir, name):
     eager = runner.forward(batch).cpu().numpy()
     for p, b in zip(runner.pools.storage, before, strict=True):
         p.copy_(b)
-    static, inputs = static_inputs(runner, 4, 16, gemma)  # bucket 4, tables 16 wide
-    static.copy_(torch.from_numpy(StepInputs.pack(batch, 4, 4, 16, gemma)))
+    static, inputs, layout, qb = static_inputs(runner, 4, 16, gemma)  # bucket 4, width 16
+    static.copy_(torch.from_numpy(StepInputs.pack(batch, layout, qb)))
     padded = runner._step(runner.weights, runner.config, inputs, runner.pools,
                           runner.scratch).cpu().numpy()
     np.testing.assert_allclose(padded[:3], eager, rtol=1e-5, atol=1e-5)

@@ -152,9 +152,11 @@ class AttentionPlan:
     n_splits: int
 
 
-def plan(seq_starts: np.ndarray, group_p: int, device: torch.device, max_blocks: int,
-         n_kv: int, split_target: int, n_splits: int | None = None) -> AttentionPlan:
-    """Query blocks for sequences whose tokens are [seq_starts[i], seq_starts[i+1]).  A decode
+def query_blocks(seq_starts: np.ndarray, group_p: int, max_blocks: int, n_kv: int,
+                 split_target: int, n_splits: int | None = None
+                 ) -> tuple[np.ndarray, int, int]:
+    """Query blocks for sequences whose tokens are [seq_starts[i], seq_starts[i+1]): (3,
+    n_qblocks) int32 rows sequence, first token, length; BLOCK_Q; the split count.  A decode
     step (one token per sequence) packs a GQA group into >= 16 rows; longer chunks take 64-row
     tiles.  split_target: programs the device wants busy (about 2 per SM); a decode whose
     sequences and KV heads give fewer programs splits each context over n_splits programs."""
@@ -162,18 +164,26 @@ def plan(seq_starts: np.ndarray, group_p: int, device: torch.device, max_blocks:
     decode = bool(lens.max(initial=1) <= 1)
     block_q = max(1, (16 if decode else 64) // group_p)
     n_blocks = -(-lens // block_q)
-    qb_seq = np.repeat(np.arange(len(lens), dtype=np.int32), n_blocks)
+    qb = np.empty((3, int(n_blocks.sum())), np.int32)
+    qb[0] = np.repeat(np.arange(len(lens)), n_blocks)
     first = np.repeat(np.cumsum(n_blocks) - n_blocks, n_blocks)
-    within = np.arange(int(n_blocks.sum()), dtype=np.int64) - first
-    qb_start = np.repeat(seq_starts[:-1], n_blocks) + within * block_q
-    qb_len = np.minimum(block_q, np.repeat(seq_starts[1:], n_blocks) - qb_start)
+    qb[1] = np.repeat(seq_starts[:-1], n_blocks) + (np.arange(qb.shape[1]) - first) * block_q
+    qb[2] = np.minimum(block_q, np.repeat(seq_starts[1:], n_blocks) - qb[1])
     if n_splits is None:
         n_splits = 1
-        programs = len(qb_seq) * n_kv
+        programs = qb.shape[1] * n_kv
         if decode and programs < split_target:
             n_splits = int(min(max(1, max_blocks // 8), -(-split_target // max(programs, 1)), 16))
-    put = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.int32)).to(device)  # noqa: E731
-    return AttentionPlan(put(qb_seq), put(qb_start), put(qb_len), block_q, n_splits)
+    return qb, block_q, n_splits
+
+
+def plan(seq_starts: np.ndarray, group_p: int, device: torch.device, max_blocks: int,
+         n_kv: int, split_target: int, n_splits: int | None = None) -> AttentionPlan:
+    """query_blocks() on the device (a step packs them with its other inputs instead)."""
+    qb, block_q, n_splits = query_blocks(seq_starts, group_p, max_blocks, n_kv, split_target,
+                                         n_splits)
+    dev = torch.from_numpy(qb).to(device)
+    return AttentionPlan(dev[0], dev[1], dev[2], block_q, n_splits)
 
 
 def kv_store(qkv: torch.Tensor, slots: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,

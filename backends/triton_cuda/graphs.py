@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .attention import plan
-from .step import Scratch, StepInputs
+from .attention import query_blocks
+from .step import Layout, Scratch, StepInputs
 
 if TYPE_CHECKING:
     from localinfer.engine.batch import ScheduledBatch
@@ -36,7 +36,9 @@ MAX_BUCKET = 64
 class _Graph:
     graph: torch.cuda.CUDAGraph
     static: torch.Tensor  # the packed inputs (device)
-    inputs: StepInputs  # views of `static` and the plan's tensors: the graph reads them all
+    inputs: StepInputs  # views of `static`: the graph reads them all
+    layout: Layout
+    qb: np.ndarray  # the bucket's query blocks (one per sequence)
     logits: torch.Tensor  # (bucket, n_vocab), written by every replay
 
 
@@ -70,14 +72,13 @@ class DecodeGraphs:
         key = (bucket, width, swa)
         g = self.graphs.get(key) or self._capture(bucket, width, swa)
         self.graphs[key] = g
-        host = StepInputs.pack(batch, bucket, bucket, width, swa)
-        g.static.copy_(torch.from_numpy(host), non_blocking=False)
+        g.static.copy_(torch.from_numpy(StepInputs.pack(batch, g.layout, g.qb)))
         g.graph.replay()
         return g.logits[:k].cpu().numpy()
 
     def _capture(self, bucket: int, width: int, swa: bool) -> _Graph:
         r = self.runner
-        static, inputs = static_inputs(r, bucket, width, swa)
+        static, inputs, lay, qb = static_inputs(r, bucket, width, swa)
 
         def step() -> torch.Tensor:
             return r._step(r.weights, r.config, inputs, r.pools, self.scratch)
@@ -90,19 +91,18 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
             logits = step()
-        return _Graph(graph, static, inputs, logits)
+        return _Graph(graph, static, inputs, lay, qb, logits)
 
 
 def static_inputs(r: TritonModelRunner, bucket: int, width: int,
-                  swa: bool) -> tuple[torch.Tensor, StepInputs]:
+                  swa: bool) -> tuple[torch.Tensor, StepInputs, Layout, np.ndarray]:
     """A bucket's packed input buffer (all padding until a step fills it: a warm-up stores no
-    K/V) and the StepInputs viewing it."""
-    static = torch.from_numpy(StepInputs.pack(_EmptyBatch(swa), bucket, bucket, width,
-                                              swa)).to(r.device)
-    rows = torch.arange(bucket, device=r.device)
-    p = plan(np.arange(bucket + 1), r._group_p, r.device, width, r.config.n_kv_heads,
-             r._split_target)
-    return static, StepInputs.on_device(static, bucket, bucket, width, swa, rows, p)
+    K/V), the StepInputs viewing it, its layout and its (fixed) query blocks."""
+    qb, block_q, n_splits = query_blocks(np.arange(bucket + 1), r._group_p, width,
+                                         r.config.n_kv_heads, r._split_target)
+    lay = Layout(bucket, bucket, width, swa, bucket, qb.shape[1])
+    static = torch.from_numpy(StepInputs.pack(_EmptyBatch(swa), lay, qb)).to(r.device)
+    return static, StepInputs.on_device(static, lay, block_q, n_splits), lay, qb
 
 
 class _EmptyBatch:
@@ -110,6 +110,7 @@ class _EmptyBatch:
 
     def __init__(self, swa: bool) -> None:
         self.num_tokens = self.num_seqs = 0
+        self.logits_indices: list[int] = []
         self.token_ids: list[int] = []
         self.positions: list[int] = []
         self.slot_mapping: list[int] = []

@@ -16,7 +16,34 @@ import torch
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.model_config import ModelConfig
 
-from .attention import AttentionPlan, plan
+from .attention import AttentionPlan, query_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where each input of a step sits in its packed int32 array."""
+
+    n: int  # tokens
+    n_seqs: int
+    width: int  # block-table entries per sequence
+    swa: bool  # gemma3's sliding-window tables and slots are there too
+    n_rows: int  # logits rows
+    n_qb: int  # attention query blocks
+
+    def spans(self) -> dict[str, tuple[int, int]]:
+        n, table = self.n, self.n_seqs * self.width
+        sizes = (("tokens", n), ("positions", n), ("slots", n), ("tables", table),
+                 ("swa_tables", table if self.swa else 0), ("swa_slots", n if self.swa else 0),
+                 ("rows", self.n_rows), ("qb", 3 * self.n_qb))
+        out, at = {}, 0
+        for name, size in sizes:
+            out[name] = (at, at + size)
+            at += size
+        return out
+
+    @property
+    def size(self) -> int:
+        return self.spans()["qb"][1]
 
 
 @dataclass(slots=True)
@@ -27,56 +54,62 @@ class StepInputs:
     tables: torch.Tensor  # (n_seqs, width) int32
     swa_slots: torch.Tensor  # gemma3's sliding-window pool (the main ones without it)
     swa_tables: torch.Tensor
-    rows: torch.Tensor  # (n_logits,) int64 token rows whose logits the step returns
+    rows: torch.Tensor  # (n_logits,) int32 token rows whose logits the step returns
     plan: AttentionPlan
 
     @staticmethod
-    def pack(batch: ScheduledBatch, n: int, n_seqs: int, width: int, swa: bool) -> np.ndarray:
-        """The batch as one int32 array (tokens, positions, slots, tables, then the sliding
-        pool's tables and slots), padded to n tokens and n_seqs sequences: padding tokens
-        are token 0 at position 0 with slot -1 (their K/V are not stored)."""
+    def pack(batch: ScheduledBatch, lay: Layout, qb: np.ndarray) -> np.ndarray:
+        """The batch and its query blocks `qb` as one int32 array, padded to the layout's
+        sizes: padding tokens are token 0 at position 0 with slot -1 (their K/V are not
+        stored), padding logits rows are their own index."""
+        host = np.zeros(lay.size, np.int32)
+        part = {k: host[a:b] for k, (a, b) in lay.spans().items()}
         m = batch.num_tokens
-        host = np.zeros(3 * n + n_seqs * width * (2 if swa else 1) + (n if swa else 0),
-                        np.int32)
-        host[:m], host[n: n + m], host[2 * n: 2 * n + m] = (batch.token_ids, batch.positions,
-                                                            batch.slot_mapping)
-        host[2 * n + m: 3 * n] = -1
-        tables = host[3 * n: 3 * n + n_seqs * width].reshape(n_seqs, width)
+        part["tokens"][:m] = batch.token_ids
+        part["positions"][:m] = batch.positions
+        part["slots"][:m] = batch.slot_mapping
+        part["slots"][m:] = -1
+        tables = part["tables"].reshape(lay.n_seqs, lay.width)
         for i, t in enumerate(batch.block_tables):
             tables[i, : len(t)] = t
-        if swa:  # released blocks (-1) are never read: attention starts at the window
-            at = 3 * n + n_seqs * width
-            swa_tables = host[at: at + n_seqs * width].reshape(n_seqs, width)
+        if lay.swa:  # released blocks (-1) are never read: attention starts at the window
+            swa_tables = part["swa_tables"].reshape(lay.n_seqs, lay.width)
             for i, t in enumerate(batch.swa_block_tables):
                 swa_tables[i, : len(t)] = np.maximum(t, 0)
-            swa_slots = host[at + n_seqs * width:]
-            swa_slots[:m] = batch.swa_slot_mapping
-            swa_slots[m:] = -1
+            part["swa_slots"][:m] = batch.swa_slot_mapping
+            part["swa_slots"][m:] = -1
+        k = len(batch.logits_indices)
+        part["rows"][:k] = batch.logits_indices
+        part["rows"][k:] = np.arange(k, lay.n_rows)
+        part["qb"][:] = qb.reshape(-1)
         return host
 
     @classmethod
-    def on_device(cls, dev: torch.Tensor, n: int, n_seqs: int, width: int, swa: bool,
-                  rows: torch.Tensor, p: AttentionPlan) -> StepInputs:
+    def on_device(cls, dev: torch.Tensor, lay: Layout, block_q: int,
+                  n_splits: int) -> StepInputs:
         """Views of a packed array on the device (pack's layout)."""
-        t = dev[3 * n: 3 * n + n_seqs * width].view(n_seqs, width)
-        swa_t, swa_s = t, dev[2 * n: 3 * n]
-        if swa:
-            at = 3 * n + n_seqs * width
-            swa_t = dev[at: at + n_seqs * width].view(n_seqs, width)
-            swa_s = dev[at + n_seqs * width:]
-        return cls(dev[:n], dev[n: 2 * n], dev[2 * n: 3 * n], t, swa_s, swa_t, rows, p)
+        part = {k: dev[a:b] for k, (a, b) in lay.spans().items()}
+        tables = part["tables"].view(lay.n_seqs, lay.width)
+        swa_tables, swa_slots = tables, part["slots"]
+        if lay.swa:
+            swa_tables, swa_slots = part["swa_tables"].view(lay.n_seqs, lay.width), \
+                part["swa_slots"]
+        qb = part["qb"].view(3, lay.n_qb)
+        return cls(part["tokens"], part["positions"], part["slots"], tables, swa_slots,
+                   swa_tables, part["rows"], AttentionPlan(qb[0], qb[1], qb[2], block_q,
+                                                           n_splits))
 
     @classmethod
     def build(cls, batch: ScheduledBatch, device: torch.device, group_p: int, n_kv: int,
               split_target: int) -> StepInputs:
-        n, n_seqs = batch.num_tokens, batch.num_seqs
+        """The step's inputs on the device, with one host-to-device copy."""
         width = max(1, max(len(t) for t in batch.block_tables))
-        swa = bool(batch.swa_block_tables)
-        dev = torch.from_numpy(cls.pack(batch, n, n_seqs, width, swa)).to(device)
-        rows = torch.tensor(batch.logits_indices, dtype=torch.int64).to(device)
-        p = plan(np.asarray(batch.seq_starts, np.int64), group_p, device, width, n_kv,
-                 split_target)
-        return cls.on_device(dev, n, n_seqs, width, swa, rows, p)
+        qb, block_q, n_splits = query_blocks(np.asarray(batch.seq_starts, np.int64), group_p,
+                                             width, n_kv, split_target)
+        lay = Layout(batch.num_tokens, batch.num_seqs, width, bool(batch.swa_block_tables),
+                     len(batch.logits_indices), qb.shape[1])
+        dev = torch.from_numpy(cls.pack(batch, lay, qb)).to(device)
+        return cls.on_device(dev, lay, block_q, n_splits)
 
 
 @dataclass(slots=True)
