@@ -217,3 +217,27 @@ def test_shapes_file_fills_into_a_model_of_the_same_tensors(model_dir, tmp_path)
     assert out.stat().st_size == src.stat().st_size
     assert len(LLM(out, backend="triton", kv_cache_mb=1).generate(
         ["hello"], SamplingParams(max_tokens=3, ignore_eos=True))[0].token_ids) == 3
+
+
+def test_preemption_leaves_outputs_unchanged(model_dir):
+    path = model(model_dir, "llama-q4_1")
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    # 27-30 tokens each: two blocks to start, a third while decoding — 12 blocks for 9
+    prompts = [[5 + (11 * i + 7 * j) % 250 for i in range(27 + j)] for j in range(4)]
+    per_token = 2 * 2 * 2 * 16 * 2  # K and V, 2 layers, 2 KV heads of 16, f16
+    llm = LLM(path, backend="triton", kv_cache_mb=9 * 16 * per_token / 2**20,
+              max_num_batched_tokens=128, enable_prefix_caching=False)
+    got = [r.token_ids for r in llm.generate(prompts, params)]
+    assert llm.engine.stats().num_preemptions > 0
+    alone = LLM(path, backend="triton", kv_cache_mb=2)
+    assert got == [alone.generate([p], params)[0].token_ids for p in prompts]
+
+
+def test_compiled_kernels_cached_under_the_localinfer_home(tmp_path):
+    code = ("import os, localinfer.backends.triton_cuda.runner; "
+            "print(os.environ['TRITON_CACHE_DIR'])")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+    env["LOCALINFER_HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.stdout.strip() == str(tmp_path / "triton"), out.stderr
