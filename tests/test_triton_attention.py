@@ -91,7 +91,8 @@ def test_split_decode_equals_unsplit():
     seqs = [(150, 1), (47, 1)]
     one, _ = run_case(seqs, n_splits=1)
     four, _ = run_case(seqs, n_splits=4)
-    torch.testing.assert_close(one, four, atol=1e-5, rtol=1e-5)
+    # the same up to P's f16 rounding, which depends on each part's running maximum
+    torch.testing.assert_close(one, four, atol=1e-4, rtol=0)
 
 
 def test_kv_store_writes_slots_and_skips_padding():

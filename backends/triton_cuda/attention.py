@@ -50,8 +50,10 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
     row_ok = (r // GROUP_P < q_len) & (r % GROUP_P < GROUP)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < HEAD_DIM
+    # f16 operands, f32 accumulation (as llama.cpp's CUDA flash attention): K and V are f16
+    # in the pool already; Q and the probabilities P round to f16 for the tensor cores
     q = tl.load(q_ptr + tok[:, None].to(tl.int64) * stride_q + head[:, None] * HEAD_DIM + d,
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float16)
     pos = tl.load(pos_ptr + tok, mask=row_ok, other=-1)
     # the KV blocks any row may see: from the first row's window to the last row's diagonal
     first_pos = tl.load(pos_ptr + start)
@@ -78,7 +80,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
         kv = ((phys * BLOCK_SIZE + j % BLOCK_SIZE)[:, None] * (N_KV * HEAD_DIM)
               + kvh * HEAD_DIM + d[None, :])
         kv_ok = page_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + kv, mask=kv_ok, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + kv, mask=kv_ok, other=0.0)
         s = tl.dot(q, tl.trans(k)) * sm_scale  # (R, TILE)
         if HAS_SOFTCAP:
             t = tl.minimum(tl.maximum(2.0 * s / softcap, -30.0), 30.0)  # tanh = ±1 beyond
@@ -92,8 +94,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, table_ptr, qb_seq_ptr, qb_start_ptr, 
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + kv, mask=kv_ok, other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        v = tl.load(v_ptr + kv, mask=kv_ok, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float16), v)
         m = m_new
     if SPLIT:  # unnormalized partials: (n_splits, n_tokens, N_HEADS, ...)
         at = (split * n_tokens + tok.to(tl.int64)) * N_HEADS + head

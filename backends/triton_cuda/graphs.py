@@ -64,7 +64,7 @@ class DecodeGraphs:
                 or batch.seq_starts != list(range(k + 1))
                 or batch.logits_indices != list(range(k))):
             return None
-        bucket = self._bucket(k)
+        bucket = min(self._bucket(k), self.max_bucket)
         width = max(16, self._bucket(max(len(t) for t in batch.block_tables)))
         if width > self.runner.num_blocks:
             width = self.runner.num_blocks
