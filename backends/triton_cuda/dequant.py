@@ -1,7 +1,7 @@
 """Dequantization inside a tile: the one place that knows the re-laid weight formats.
 
-Every weight is one of relayout.py's three kinds; a kernel asks for a (rows, cols) tile of
-float32 values and gets
+Every weight is one of relayout.py's three kinds (KIND_FLOAT 0, KIND_NIBBLE 1, KIND_INT8 2);
+a kernel asks for a (rows, cols) tile of float32 values and gets
 
     FLOAT   w[r, k]                                    (f32, f16 or bf16 storage)
     NIBBLE  scale[r, g] * code + bias[r, g]            code = 4 low bits | 1 or 2 high bits << 4
@@ -17,10 +17,6 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-KIND_FLOAT = 0
-KIND_NIBBLE = 1
-KIND_INT8 = 2
 
 
 @triton.jit

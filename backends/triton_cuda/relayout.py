@@ -6,8 +6,9 @@ rows reads contiguous bytes), and every quantized kind dequantizes the same way 
     value = scale[row, k // group] * code[row, k] + bias[row, k // group]     (f32)
 
 * KIND_FLOAT: ``w`` is the (rows, cols) float matrix; F32 / F16 as they are, BF16 as its raw
-  uint16 bit patterns (the kernel widens them with a 16-bit shift).  Types with no affine form
-  (Q2_K, Q3_K, IQ4_NL, IQ4_XS) are dequantized here and stored as F16 (``exact=False``).
+  uint16 bit patterns (uploaded as torch.bfloat16, widened to f32 in the kernel).  Types with
+  no affine form (Q2_K, Q3_K, IQ4_NL, IQ4_XS) are dequantized here and stored as F16
+  (``exact=False``).
 * KIND_NIBBLE: ``w`` (rows, cols // 2) uint8, byte j = element 2j (low nibble) | element 2j+1
   (high nibble); 5-bit codes add ``hi`` (rows, cols // 8), bit b of byte j = bit 4 of element
   8j+b; Q6_K's 6-bit codes add ``hi`` (rows, cols // 4), bits 2b..2b+1 of byte j = bits 4..5 of
