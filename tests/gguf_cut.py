@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as QT
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFWriter
+from gguf_shapes import copy_metadata
 
 from localinfer.gguf_file import open_gguf
 
@@ -21,18 +22,11 @@ def cut_blocks(src: Path, dst: Path, n_blocks: int) -> Path:
     with open_gguf(src) as g:
         arch = g.arch
         w = GGUFWriter(str(dst), arch)
-        for key, value in g.metadata.items():
-            if key in ("general.architecture",):
-                continue
-            vtype, etype = g.kv_types[key]
-            if key == f"{arch}.block_count":
-                value = n_blocks
-            elif key.endswith("sliding_window_pattern") and isinstance(value, list):
-                value = value[:n_blocks]
-            if vtype == GGUFValueType.ARRAY and etype != GGUFValueType.STRING:
-                value = list(np.asarray(value).tolist())
-            w.add_key_value(key, value, GGUFValueType(vtype),
-                            None if etype is None else GGUFValueType(etype))
+        override: dict[str, object] = {f"{arch}.block_count": n_blocks}
+        pattern = g.metadata.get(f"{arch}.attention.sliding_window_pattern")
+        if isinstance(pattern, list):  # a per-layer list
+            override[f"{arch}.attention.sliding_window_pattern"] = pattern[:n_blocks]
+        copy_metadata(g, w, override=override)
         for name, info in g.tensors.items():
             if name.startswith("blk.") and int(name.split(".")[1]) >= n_blocks:
                 continue

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUFValueType, GGUFWriter
 from gguf import GGMLQuantizationType as QT
 
-from localinfer.gguf_file import open_gguf
+from localinfer.gguf_file import GGUFFile, open_gguf
 
 SHAPES_KEY = "localinfer.shapes"
 # byte offsets of the f16 scale fields (d, dmin) inside each block
@@ -29,10 +30,15 @@ F16_AT = {QT.Q8_0: (0,), QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1:
           QT.IQ4_NL: (0,), QT.IQ4_XS: (0,)}
 
 
-def _copy_metadata(g, w: GGUFWriter, skip: tuple[str, ...] = ()) -> None:
+def copy_metadata(g: GGUFFile, w: GGUFWriter, skip: tuple[str, ...] = (),
+                  override: dict[str, Any] | None = None) -> None:
+    """Every metadata key of g into w with its own types (but the architecture, which the
+    writer sets, and `skip`); `override` replaces values."""
+    override = override or {}
     for key, value in g.metadata.items():
         if key == "general.architecture" or key in skip:
             continue
+        value = override.get(key, value)
         vtype, etype = g.kv_types[key]
         if vtype == GGUFValueType.ARRAY and etype != GGUFValueType.STRING:
             value = list(np.asarray(value).tolist())
@@ -43,7 +49,7 @@ def _copy_metadata(g, w: GGUFWriter, skip: tuple[str, ...] = ()) -> None:
 def describe(src: Path, dst: Path) -> Path:
     with open_gguf(src) as g:
         w = GGUFWriter(str(dst), g.arch)
-        _copy_metadata(g, w)
+        copy_metadata(g, w)
         table = [[name, list(info.shape), int(info.ggml_type)] for name, info in g.tensors.items()]
         w.add_string(SHAPES_KEY, json.dumps(table))
         w.write_header_to_file()
@@ -74,7 +80,7 @@ def fill(shapes: Path, dst: Path, seed: int = 0) -> Path:
     with open_gguf(shapes) as g:
         table = json.loads(g.metadata[SHAPES_KEY])
         w = GGUFWriter(str(dst), g.arch)
-        _copy_metadata(g, w, skip=(SHAPES_KEY,))
+        copy_metadata(g, w, skip=(SHAPES_KEY,))
         for name, ggml_shape, ggml_type in table:
             qtype = QT(ggml_type)
             shape = tuple(reversed(ggml_shape))

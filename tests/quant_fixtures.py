@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGUFWriter
 from gguf.quants import dequantize
+from gguf_shapes import copy_metadata
 
 from localinfer.gguf_file import open_gguf
 
@@ -17,14 +18,7 @@ def write_f16_gguf(src: Path, dst: Path) -> None:
     """Every 2-D tensor as F16 (1-D norms stay F32), same metadata, general.file_type = 1."""
     with open_gguf(src) as g:
         w = GGUFWriter(str(dst), g.arch)
-        for key, value in g.metadata.items():
-            if key in ("general.architecture", "general.file_type"):
-                continue
-            vtype, etype = g.kv_types[key]
-            if vtype == GGUFValueType.ARRAY and etype != GGUFValueType.STRING:
-                value = list(np.asarray(value).tolist())
-            w.add_key_value(key, value, GGUFValueType(vtype),
-                            None if etype is None else GGUFValueType(etype))
+        copy_metadata(g, w, skip=("general.file_type",))
         w.add_uint32("general.file_type", 1)
         for name, info in g.tensors.items():
             arr = dequantize(g.raw(name), T(info.ggml_type)).reshape(tuple(reversed(info.shape)))

@@ -12,17 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf_cut import cut_blocks
+from parity_checks import assert_parity
 from test_triton_models import prefill_logits
 
 from localinfer.llm import LLM
 
 TEXT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 @pytest.mark.slow
@@ -38,10 +33,4 @@ def test_cut_real_model_matches_llama_cpp(fixture, request, tmp_path: Path):
                               logits_all=True, verbose=False)
     ref_llm.eval(tokens)
     ref = np.array(ref_llm.scores[: len(tokens)], dtype=np.float32)
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    confident = top2[:, 1] - top2[:, 0] >= 0.5
-    mismatch = np.flatnonzero(confident & (ref.argmax(1) != ours.argmax(1)))
-    assert mismatch.size == 0, f"top-1 differs at confident positions {mismatch.tolist()}"
-    lr, lo = log_softmax(ref), log_softmax(ours)
-    kl = (np.exp(lr) * (lr - lo)).sum(axis=1)
-    assert kl.mean() <= 1e-2, f"mean KL {kl.mean():.2e}, max {kl.max():.2e}"
+    assert_parity(ref, ours, max_mean_kl=1e-2)
