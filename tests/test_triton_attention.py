@@ -61,8 +61,7 @@ def run_case(seqs, n_heads=4, n_kv=2, head_dim=16, block_size=16, window=0, soft
     qkv = torch.zeros(n, (n_heads + 2 * n_kv) * head_dim)
     qkv[:, : n_heads * head_dim] = torch.cat(q_all).reshape(n, -1)
     qkv = qkv.to(DEVICE)
-    group_p = 1 << (n_heads // n_kv - 1).bit_length()
-    p = A.plan(np.array(starts), group_p, DEVICE, width, n_kv, split_target=0, n_splits=n_splits)
+    p = A.plan(np.array(starts), n_heads, n_kv, DEVICE, width, split_target=0, n_splits=n_splits)
     out = torch.full((n, n_heads * head_dim), float("nan"), device=DEVICE)
     A.attend(qkv, k_pool, v_pool, torch.tensor(tables, dtype=torch.int32, device=DEVICE),
              torch.cat(positions).to(torch.int32).to(DEVICE), p, out, n_heads,

@@ -154,7 +154,7 @@ class AttentionPlan:
     n_splits: int
 
 
-def query_blocks(seq_starts: np.ndarray, group_p: int, max_blocks: int, n_kv: int,
+def query_blocks(seq_starts: np.ndarray, n_heads: int, n_kv: int, max_blocks: int,
                  split_target: int, n_splits: int | None = None
                  ) -> tuple[np.ndarray, int, int]:
     """Query blocks for sequences whose tokens are [seq_starts[i], seq_starts[i+1]): (3,
@@ -162,6 +162,7 @@ def query_blocks(seq_starts: np.ndarray, group_p: int, max_blocks: int, n_kv: in
     step (one token per sequence) packs a GQA group into >= 16 rows; longer chunks take 64-row
     tiles.  split_target: programs the device wants busy (about 2 per SM); a decode whose
     sequences and KV heads give fewer programs splits each context over n_splits programs."""
+    group_p = triton.next_power_of_2(n_heads // n_kv)  # the kernel's rows per token
     lens = np.diff(seq_starts)
     decode = bool(lens.max(initial=1) <= 1)
     block_q = max(1, (16 if decode else 64) // group_p)
@@ -179,13 +180,24 @@ def query_blocks(seq_starts: np.ndarray, group_p: int, max_blocks: int, n_kv: in
     return qb, block_q, n_splits
 
 
-def plan(seq_starts: np.ndarray, group_p: int, device: torch.device, max_blocks: int,
-         n_kv: int, split_target: int, n_splits: int | None = None) -> AttentionPlan:
+def plan(seq_starts: np.ndarray, n_heads: int, n_kv: int, device: torch.device,
+         max_blocks: int, split_target: int, n_splits: int | None = None) -> AttentionPlan:
     """query_blocks() on the device (a step packs them with its other inputs instead)."""
-    qb, block_q, n_splits = query_blocks(seq_starts, group_p, max_blocks, n_kv, split_target,
+    qb, block_q, n_splits = query_blocks(seq_starts, n_heads, n_kv, max_blocks, split_target,
                                          n_splits)
     dev = torch.from_numpy(qb).to(device)
     return AttentionPlan(dev[0], dev[1], dev[2], block_q, n_splits)
+
+
+def split_buffers(p: AttentionPlan, n_tokens: int, n_heads: int, head_dim: int,
+                  device: torch.device, have: tuple[torch.Tensor, torch.Tensor] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split decode's partials, (n_splits, n_tokens, n_heads) x (head_dim | max and sum):
+    `have` when it is big enough, else new buffers."""
+    need = p.n_splits * n_tokens * n_heads
+    if have is not None and have[1].numel() >= 2 * need:
+        return have
+    return (torch.empty(need * head_dim, device=device), torch.empty(2 * need, device=device))
 
 
 def kv_store(qkv: torch.Tensor, slots: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -207,12 +219,8 @@ def attend(qkv: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     _, block_size, n_kv, head_dim = k_pool.shape
     group = n_heads // n_kv
     split = p.n_splits > 1
-    if split:  # partials: (n_splits, n_tokens, n_heads) x (head_dim | max and sum)
-        need = p.n_splits * n_tokens * n_heads
-        if scratch is None or scratch[1].numel() < 2 * need:
-            scratch = (torch.empty(need * head_dim, device=qkv.device),
-                       torch.empty(2 * need, device=qkv.device))
-        pacc, pml = scratch
+    if split:
+        pacc, pml = split_buffers(p, n_tokens, n_heads, head_dim, qkv.device, scratch)
     else:
         pacc = pml = out
     grid = (p.qb_seq.shape[0], n_kv, p.n_splits)

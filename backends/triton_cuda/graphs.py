@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from localinfer.engine.batch import ScheduledBatch
+
 from .attention import query_blocks
 from .step import Layout, Scratch, StepInputs
 
 if TYPE_CHECKING:
-    from localinfer.engine.batch import ScheduledBatch
-
     from .runner import TritonModelRunner
 
 MAX_BUCKET = 64
@@ -72,7 +72,7 @@ class DecodeGraphs:
         key = (bucket, width, swa)
         g = self.graphs.get(key) or self._capture(bucket, width, swa)
         self.graphs[key] = g
-        g.static.copy_(torch.from_numpy(StepInputs.pack(batch, g.layout, g.qb)))
+        g.static.copy_(torch.from_numpy(self.runner.pack(batch, g.layout, g.qb)))
         g.graph.replay()
         return g.logits[:k].cpu().numpy()
 
@@ -98,22 +98,10 @@ def static_inputs(r: TritonModelRunner, bucket: int, width: int,
                   swa: bool) -> tuple[torch.Tensor, StepInputs, Layout, np.ndarray]:
     """A bucket's packed input buffer (all padding until a step fills it: a warm-up stores no
     K/V), the StepInputs viewing it, its layout and its (fixed) query blocks."""
-    qb, block_q, n_splits = query_blocks(np.arange(bucket + 1), r._group_p, width,
-                                         r.config.n_kv_heads, r._split_target)
+    c = r.config
+    qb, block_q, n_splits = query_blocks(np.arange(bucket + 1), c.n_heads, c.n_kv_heads, width,
+                                         r._split_target)
     lay = Layout(bucket, bucket, width, swa, bucket, qb.shape[1])
-    static = torch.from_numpy(StepInputs.pack(_EmptyBatch(swa), lay, qb)).to(r.device)
+    empty = ScheduledBatch([], [], [], [0], [], [], [], [], r.block_size)
+    static = torch.from_numpy(StepInputs.pack(empty, lay, qb)).to(r.device)
     return static, StepInputs.on_device(static, lay, block_q, n_splits), lay, qb
-
-
-class _EmptyBatch:
-    """The no-sequence batch StepInputs.pack pads into an all-padding bucket."""
-
-    def __init__(self, swa: bool) -> None:
-        self.num_tokens = self.num_seqs = 0
-        self.logits_indices: list[int] = []
-        self.token_ids: list[int] = []
-        self.positions: list[int] = []
-        self.slot_mapping: list[int] = []
-        self.block_tables: list[list[int]] = []
-        self.swa_block_tables: list[list[int]] = [[]] if swa else []
-        self.swa_slot_mapping: list[int] = []

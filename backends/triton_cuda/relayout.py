@@ -183,6 +183,8 @@ _QUANTS: dict[str, tuple[int, int, int, int, Callable[[np.ndarray], Decoded]]] =
     "Q5_1": (32, 24, 32, 1, _q5_1), "Q4_K": (256, 144, 32, 0, _q4_k),
     "Q5_K": (256, 176, 32, 1, _q5_k), "Q6_K": (256, 210, 16, 2, _q6_k),
 }
+# every type relayout() reads: exactly (floats, the affine quants), then through f16
+SUPPORTED_TYPES = (*_FLOATS, *_QUANTS, *_VIA_F16)
 
 
 def _pack(codes: np.ndarray, hi_bits: int) -> tuple[np.ndarray, np.ndarray]:

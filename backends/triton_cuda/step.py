@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from localinfer.engine.batch import ScheduledBatch
+from localinfer.errors import InvalidRequestError
 from localinfer.model_config import ModelConfig
 
-from .attention import AttentionPlan, query_blocks
+from .attention import AttentionPlan, query_blocks, split_buffers
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,20 @@ class Layout:
     def size(self) -> int:
         return self.spans()["qb"][1]
 
+    def parts(self, packed):  # np.ndarray | torch.Tensor -> {name: 1-D view}
+        return {k: packed[a:b] for k, (a, b) in self.spans().items()}
+
+    @classmethod
+    def of(cls, batch: ScheduledBatch, n_heads: int, n_kv: int, split_target: int
+           ) -> tuple[Layout, np.ndarray, int, int]:
+        """A batch's layout, with its attention query blocks, BLOCK_Q and split count."""
+        width = max(1, max(len(t) for t in batch.block_tables))
+        qb, block_q, n_splits = query_blocks(np.asarray(batch.seq_starts, np.int64), n_heads,
+                                             n_kv, width, split_target)
+        lay = cls(batch.num_tokens, batch.num_seqs, width, bool(batch.swa_block_tables),
+                  len(batch.logits_indices), qb.shape[1])
+        return lay, qb, block_q, n_splits
+
 
 @dataclass(slots=True)
 class StepInputs:
@@ -63,7 +78,7 @@ class StepInputs:
         sizes: padding tokens are token 0 at position 0 with slot -1 (their K/V are not
         stored), padding logits rows are their own index."""
         host = np.zeros(lay.size, np.int32)
-        part = {k: host[a:b] for k, (a, b) in lay.spans().items()}
+        part = lay.parts(host)
         m = batch.num_tokens
         part["tokens"][:m] = batch.token_ids
         part["positions"][:m] = batch.positions
@@ -88,7 +103,7 @@ class StepInputs:
     def on_device(cls, dev: torch.Tensor, lay: Layout, block_q: int,
                   n_splits: int) -> StepInputs:
         """Views of a packed array on the device (pack's layout)."""
-        part = {k: dev[a:b] for k, (a, b) in lay.spans().items()}
+        part = lay.parts(dev)
         tables = part["tables"].view(lay.n_seqs, lay.width)
         swa_tables, swa_slots = tables, part["slots"]
         if lay.swa:
@@ -99,17 +114,23 @@ class StepInputs:
                    swa_tables, part["rows"], AttentionPlan(qb[0], qb[1], qb[2], block_q,
                                                            n_splits))
 
-    @classmethod
-    def build(cls, batch: ScheduledBatch, device: torch.device, group_p: int, n_kv: int,
-              split_target: int) -> StepInputs:
-        """The step's inputs on the device, with one host-to-device copy."""
-        width = max(1, max(len(t) for t in batch.block_tables))
-        qb, block_q, n_splits = query_blocks(np.asarray(batch.seq_starts, np.int64), group_p,
-                                             width, n_kv, split_target)
-        lay = Layout(batch.num_tokens, batch.num_seqs, width, bool(batch.swa_block_tables),
-                     len(batch.logits_indices), qb.shape[1])
-        dev = torch.from_numpy(cls.pack(batch, lay, qb)).to(device)
-        return cls.on_device(dev, lay, block_q, n_splits)
+    @staticmethod
+    def check(host: np.ndarray, lay: Layout, m: int, n_vocab: int, block_size: int,
+              num_blocks: int, num_swa_blocks: int) -> None:
+        """Refuse a packed batch (m real tokens) with a token id outside the vocabulary or a
+        slot or block outside its pool: a kernel would read or write memory that is not the
+        pool's.  Vectorized over the packed array: a step pays microseconds for it."""
+        part = lay.parts(host)
+        tokens = part["tokens"][:m]
+        if tokens.min() < 0 or tokens.max() >= n_vocab:
+            raise InvalidRequestError("token id out of range")
+        pools = [("slots", "tables", num_blocks, "pool")]
+        if lay.swa:
+            pools.append(("swa_slots", "swa_tables", num_swa_blocks, "sliding-window pool"))
+        for slots, tables, blocks, what in pools:
+            s, t = part[slots][:m], part[tables]
+            if s.min() < 0 or s.max() >= blocks * block_size or t.min() < 0 or t.max() >= blocks:
+                raise InvalidRequestError(f"triton backend: KV slot or block outside the {what}")
 
 
 @dataclass(slots=True)
@@ -119,7 +140,7 @@ class Pools:
     is_local: list[bool]  # gemma3: the layer attends within the sliding window
     freqs: torch.Tensor  # rope frequencies (the global layers' base)
     freqs_local: torch.Tensor  # the sliding-window layers' base
-    storage: list[torch.Tensor]  # the pools' own tensors (global, local), for their size
+    storage: list[torch.Tensor]  # the pools' own tensors (global, local)
 
     @classmethod
     def allocate(cls, c: ModelConfig, num_blocks: int, num_swa_blocks: int, block_size: int,
@@ -141,9 +162,6 @@ class Pools:
         put = lambda base: torch.from_numpy(inv_freq(c.rope_dim, base)).to(device)  # noqa: E731
         return cls(k, v, local, put(c.rope_base), put(c.rope_base_swa), storage)
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.storage)
-
 
 class Scratch:
     """Activations for up to `capacity` tokens, reused by every step (views [:n]).
@@ -155,7 +173,8 @@ class Scratch:
         self.c, self.device, self.capacity = c, device, 0
         self.retired: list[torch.Tensor] | None = [] if keep_retired else None
         self.bufs: list[torch.Tensor] = []
-        self.split = (torch.empty(0, device=device), torch.empty(0, device=device))
+        self.split: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.logit_buf = torch.empty(0, c.n_vocab, dtype=torch.float32, device=device)
         self.ensure(capacity)
 
     def ensure(self, n: int) -> None:
@@ -167,7 +186,6 @@ class Scratch:
         self._retire(*self.bufs)
         self.bufs = [torch.empty(n, w, dtype=f32, device=self.device) for w in widths]
         self.capacity = n
-        self.logit_buf = torch.empty(0, c.n_vocab, dtype=f32, device=self.device)
 
     def _retire(self, *bufs: torch.Tensor) -> None:
         if self.retired is not None:
@@ -182,13 +200,11 @@ class Scratch:
         """A split decode's partial results (attention.py), grown on demand; None unsplit."""
         if p.n_splits == 1:
             return None
-        c = self.c
-        need = p.n_splits * n * c.n_heads
-        if self.split[1].numel() < 2 * need:
+        bufs = split_buffers(p, n, self.c.n_heads, self.c.head_dim, self.device, self.split)
+        if bufs is not self.split and self.split is not None:
             self._retire(*self.split)
-            self.split = (torch.empty(need * c.head_dim, device=self.device),
-                          torch.empty(2 * need, device=self.device))
-        return self.split
+        self.split = bufs
+        return bufs
 
     def logits(self, n: int) -> torch.Tensor:
         """(n, n_vocab): grown on demand, as a step rarely returns more rows than sequences."""

@@ -16,7 +16,7 @@ import torch
 
 from localinfer.errors import UnsupportedModelError
 
-from .relayout import Relaid, relayout
+from .relayout import SUPPORTED_TYPES, Relaid, relayout
 
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
@@ -49,9 +49,6 @@ class GpuWeight:
         w = put(r.w, torch.bfloat16 if r.float_dtype == "bfloat16" else None)
         return cls(r.kind, r.hi_bits, r.group, r.rows, r.cols, w, put(r.hi, torch.uint8),
                    put(r.scale), put(r.bias))
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.w, self.hi, self.scale, self.bias))
 
 
 Projection = list[tuple[int, GpuWeight]]  # (first output row, part)
@@ -100,7 +97,6 @@ class TritonWeights:
     bqkv: list[torch.Tensor | None]  # qwen2's Q|K|V biases
     # gemma3: per-head Q/K norms and the norms after attention and the FFN
     extra: dict[str, list[torch.Tensor]] = field(default_factory=dict)
-    inexact_types: set[str] = field(default_factory=set)  # read through f16 (relayout.py)
 
     @classmethod
     def load(cls, g: GGUFFile, c: ModelConfig, device: torch.device) -> TritonWeights:
@@ -108,14 +104,10 @@ class TritonWeights:
             info = g.tensors[name]
             if len(info.shape) > 1:
                 relayout_check(info.type_name, name)
-        inexact: set[str] = set()
 
         def relaid(name: str) -> Relaid:
             info = g.tensors[name]
-            r = relayout(info.type_name, g.raw(name), tuple(info.shape))
-            if not r.exact:
-                inexact.add(info.type_name)
-            return r
+            return relayout(info.type_name, g.raw(name), tuple(info.shape))
 
         def proj(*names: str) -> Projection:
             return [(first, GpuWeight.upload(r, device))
@@ -147,22 +139,8 @@ class TritonWeights:
             wo=[proj(blk(i, "attn_output.weight")) for i in layers],
             wgu=[proj(blk(i, "ffn_gate.weight"), blk(i, "ffn_up.weight")) for i in layers],
             wdown=[proj(blk(i, "ffn_down.weight")) for i in layers],
-            bqkv=bqkv, extra=extra, inexact_types=inexact,
+            bqkv=bqkv, extra=extra,
         )
-
-    def nbytes(self) -> int:
-        parts = [w for p in [self.head, *self.wqkv, *self.wo, *self.wgu, *self.wdown]
-                 for _, w in p if w is not self.embd]
-        vecs = [self.out_norm, *self.attn_norm, *self.ffn_norm,
-                *(b for b in self.bqkv if b is not None), *(t for v in self.extra.values()
-                                                             for t in v)]
-        return self.embd.nbytes() + sum(w.nbytes() for w in parts) + sum(
-            t.numel() * t.element_size() for t in vecs)
-
-
-# in the dequantizing kernels' formats exactly, then the types read through f16 (relayout.py)
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-                   "Q6_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS")
 
 
 def relayout_check(type_name: str, name: str) -> None:
