@@ -1,7 +1,8 @@
 """The model catalog (models.toml) and the local model cache.
 
 A model is named either by a catalog entry or by a path to a .gguf file; `resolve` turns
-either into a local path, pulling a catalog model the first time it is used.
+either into a local path, pulling a catalog model the first time it is used. With no name, the
+default is $LOCALINFER_MODEL, else the catalog's `default`.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Catalog:
             for name, spec in user_entries().items():
                 entries.setdefault(name, CatalogEntry.from_toml(name, spec))
         default = data.get("default", next(iter(entries), ""))
+        if with_user and os.environ.get("LOCALINFER_MODEL"):
+            # the model used when none is named (a bundle's launcher sets its own)
+            default = os.environ["LOCALINFER_MODEL"]
         return cls(entries, default, models_dir or paths.models_dir())
 
     def get(self, name: str) -> CatalogEntry:

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quantize": ("quantize", "quantize a GGUF model (byte-identical to llama.cpp's quantizer)"),
     "eval": ("eval", "compare two models on a text: perplexity, KL divergence, top-1 agreement"),
     "imatrix": ("imatrix", "compute an importance matrix for quantization (llama.cpp's format)"),
+    "bundle": ("bundle", "offline bundles: wheels, models and launchers that run with no network"),
 }
 
 

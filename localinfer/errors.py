@@ -48,3 +48,7 @@ class InvalidRequestError(LocalInferError):
 
 class BackendUnavailableError(LocalInferError):
     """A backend was requested whose optional dependencies are not installed."""
+
+
+class BundleError(LocalInferError):
+    """An offline bundle is damaged, hostile or incomplete, or cannot be built."""

@@ -155,6 +155,17 @@ class LLM:
 
     # -- prompts -----------------------------------------------------------------------------
 
+    def request(self, prompt: str, system: str | None = None, *, raw: bool = False) -> Prompt:
+        """What `localinfer run PROMPT` sends: a one-turn chat (with `system` first), or the
+        text as is when `raw` or when the model has no chat template (a base model continues
+        the text as written)."""
+        if raw or self.chat_template.is_fallback:
+            return prompt
+        messages = [{"role": "user", "content": prompt}]
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        return messages
+
     def encode(self, prompt: Prompt, **template_vars: Any) -> list[int]:
         """Token ids for a text prompt, a chat (chat template applied, with `template_vars`
         such as `tools`) or ids as given."""

@@ -14,7 +14,7 @@ from typing import TextIO
 ProgressCallback = Callable[[str, int, "int | None"], None]
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if abs(n) < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -60,11 +60,11 @@ class ProgressBar:
                 self.on_update(self.label, self.done, self.total)
 
     def _fmt(self, n: float) -> str:
-        return _human(n) if self.unit == "bytes" else f"{n:.0f}"
+        return human_bytes(n) if self.unit == "bytes" else f"{n:.0f}"
 
     def _draw(self, now: float) -> None:
         rate = self.done / max(now - self._start, 1e-6)
-        speed = f"{_human(rate)}/s" if self.unit == "bytes" else f"{rate:.0f} {self.unit}/s"
+        speed = f"{human_bytes(rate)}/s" if self.unit == "bytes" else f"{rate:.0f} {self.unit}/s"
         if self.total:
             frac = min(self.done / self.total, 1.0)
             width = 30

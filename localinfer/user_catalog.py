@@ -28,7 +28,7 @@ else:  # pragma: no cover
 if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def catalog_path() -> Path:
@@ -49,7 +49,7 @@ def user_entries() -> dict[str, dict[str, Any]]:
 def check_name(name: str) -> None:
     from localinfer.catalog import CATALOG_FILE, Catalog
 
-    if not _NAME.fullmatch(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise InvalidRequestError(f"invalid model name {name!r}: use letters, digits, '.', '_' "
                                   "and '-' (at most 64 characters)")
     if name in Catalog.load(CATALOG_FILE).entries:
@@ -75,7 +75,9 @@ def _dump(entries: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _place(src: Path, target: Path) -> None:
+def place_file(src: Path, target: Path) -> None:
+    """`src` at `target`: a hard link where the file system allows, else a copy; the target
+    appears whole or not at all."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.link")
     tmp.unlink(missing_ok=True)
@@ -86,8 +88,13 @@ def _place(src: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def register(name: str, gguf: str | os.PathLike[str]) -> CatalogEntry:
-    """Add (or replace) the user entry `name` for a GGUF file and place it in the cache."""
+def register(name: str, gguf: str | os.PathLike[str], *, source: dict[str, Any] | None = None,
+             sha256: str | None = None, license: str = "",
+             description: str | None = None) -> CatalogEntry:
+    """Add (or replace) the user entry `name` for a GGUF file and place it in the cache.
+
+    `source` says where it came from (default: the local path); `sha256`, when the caller
+    has just verified it, saves hashing the file again."""
     from localinfer.atomic_file import atomic_write
     from localinfer.catalog import CatalogEntry, sha256_file
     from localinfer.gguf_file import open_gguf
@@ -97,15 +104,17 @@ def register(name: str, gguf: str | os.PathLike[str]) -> CatalogEntry:
     with open_gguf(src) as g:
         arch = g.arch
     spec: dict[str, Any] = {
-        "description": f"registered from {src}",
+        "description": description or f"registered from {src}",
         "architecture": arch,
         "file": src.name,
         "size": src.stat().st_size,
-        "sha256": sha256_file(src),
-        "source": {"type": "local", "path": str(src)},
+        "sha256": sha256 or sha256_file(src),
+        "source": source or {"type": "local", "path": str(src)},
     }
+    if license:
+        spec["license"] = license
     entry = CatalogEntry.from_toml(name, spec)
-    _place(src, paths.models_dir() / name / src.name)
+    place_file(src, paths.models_dir() / name / src.name)
     entries = user_entries()
     old = entries.pop(name, None)
     if old and old.get("file") != src.name:  # a different file under the same name

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import localinfer.backends.numba_cpu  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
 import numpy as np
+from localinfer.backends.numba_cpu.compile_notice import CompileNotice
 
 from localinfer.backend import ModelRunner
 from localinfer.errors import InvalidRequestError, UnsupportedModelError
@@ -65,6 +66,8 @@ class NumbaModelRunner(ModelRunner):
                                           "n_ff to be multiples of 16")
             self.isa = "generic"
         self._isa = Isa(self.isa)
+        types = sorted({t.type_name for t in gguf.tensors.values()})
+        self._compile_notice = CompileNotice(c.arch, self.isa, *types, enabled=progress)
         # -- gemma3: its own step and two KV pools (global, sliding-window); see gemma3.py
         self._gemma3 = None
         if c.arch == "gemma3":
@@ -138,14 +141,16 @@ class NumbaModelRunner(ModelRunner):
                 for i, t in enumerate(batch.swa_block_tables):
                     swa_tables[i, : len(t)] = np.maximum(t, 0)  # released (-1): never read
                 swa_slots = np.asarray(batch.swa_slot_mapping, np.int64)
-            self._gemma3.run(tokens, positions, token_seq, tables, slots, swa_tables, swa_slots,
-                             rows, logits)
+            with self._compile_notice:
+                self._gemma3.run(tokens, positions, token_seq, tables, slots, swa_tables,
+                                 swa_slots, rows, logits)
             return logits
-        self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
+        with self._compile_notice:
+            self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
                    np.float32(c.rms_eps), float(c.rope_base),
-                   np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
-                   w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
-                   self.k_pool, self.v_pool, self._bufs, logits)
+                       np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
+                       w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
+                       self.k_pool, self.v_pool, self._bufs, logits)
         return logits
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
@@ -11,7 +12,8 @@ from localinfer.errors import InvalidRequestError
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
-    p.add_argument("--system", help="system prompt for a new chat")
+    p.add_argument("--system", default=os.environ.get("LOCALINFER_SYSTEM") or None,
+                   help="system prompt for a new chat (default: $LOCALINFER_SYSTEM)")
     p.add_argument("--temperature", "-t", type=float, help="sampling temperature (0.7)")
     p.add_argument("--top-p", type=float, help="nucleus sampling (0.95)")
     p.add_argument("--max-tokens", "-n", type=int, help="longest reply in tokens (512)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -23,7 +24,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--system", help="system prompt")
+    p.add_argument("--system", default=os.environ.get("LOCALINFER_SYSTEM") or None,
+                   help="system prompt (default: $LOCALINFER_SYSTEM, which a bundle's "
+                        "launcher sets)")
     p.add_argument("--raw", action="store_true", help="no chat template: the prompt as is")
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
@@ -55,16 +58,10 @@ def main(name: str, args: argparse.Namespace) -> int:
     llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
               kv_cache_mb=args.kv_cache_mb, progress=True,
               backend_options=backend_options(args))
-    if args.raw or llm.chat_template.is_fallback:
-        # a base model (no chat template in its GGUF) continues the text as written
-        if not args.raw:
-            print("note: the model has no chat template; using the prompt as plain text",
-                  file=sys.stderr)
-        request: str | list[dict[str, str]] = prompt
-    else:
-        request = [{"role": "user", "content": prompt}]
-        if args.system:
-            request.insert(0, {"role": "system", "content": args.system})
+    if not args.raw and llm.chat_template.is_fallback:
+        print("note: the model has no chat template; using the prompt as plain text",
+              file=sys.stderr)
+    request = llm.request(prompt, args.system, raw=args.raw)
     start = time.perf_counter()
     result = GenerationResult()
     try:

@@ -1,0 +1,26 @@
+"""opened(): a bundle folder as is, or an archive extracted safely into a temp folder."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from localinfer.bundle import archive
+from localinfer.errors import BundleError
+
+
+@contextlib.contextmanager
+def opened(path: Path, *, progress: bool = True) -> Iterator[Path]:
+    """Yield the bundle's root folder; an archive's entries are all checked before anything
+    is extracted (archive.extract), and the extraction is removed afterwards."""
+    if path.is_dir():
+        yield path
+        return
+    if not path.exists():
+        raise BundleError(f"{path}: no such bundle folder or archive")
+    if archive.archive_kind(path) is None:
+        raise BundleError(f"{path}: neither a bundle folder nor a .zip or .tar archive")
+    with tempfile.TemporaryDirectory(prefix="localinfer-bundle-") as tmp:
+        yield archive.extract(path, Path(tmp) / "bundle", progress=progress)
