@@ -44,15 +44,15 @@ class DemoPrompt:
 
 
 def read_prompts(path: Path | None) -> list[str]:
-    """--prompts FILE: one prompt per line (blank lines and '#' comments skipped), or a JSON
-    list of strings; without a file, the default demo prompt."""
+    """--prompts FILE: one prompt per line (blank lines and '#' comments skipped), or, in a
+    .json file, a list of strings; without a file, the default demo prompt."""
     if path is None:
         return [DEFAULT_PROMPT]
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BundleError(f"cannot read --prompts {path}: {exc}") from exc
-    if text.lstrip().startswith("["):
+    if path.suffix.lower() == ".json":
         try:
             prompts = json.loads(text)
         except ValueError as exc:

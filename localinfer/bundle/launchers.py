@@ -25,19 +25,39 @@ def _template(name: str) -> str:
 
 
 def _ps_quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+    """A PowerShell expression for `text`, in printable ASCII only: PowerShell ends a '...'
+    string at a typographic single quote (U+2018..U+201B) too, and Windows PowerShell 5.1 reads
+    a .ps1 without a BOM in the ANSI code page (where UTF-8 bytes can decode to such quotes).
+    So ' is doubled and anything else outside printable ASCII is spelled [char]0xNNNN."""
+    parts: list[str] = []
+    lit = ""
+    for c in text:
+        if " " <= c <= "~":
+            lit += "''" if c == "'" else c
+            continue
+        if lit or not parts:  # a string first, so that + concatenates
+            parts.append(f"'{lit}'")
+            lit = ""
+        units = c.encode("utf-16-le", "surrogatepass")
+        parts += [f"[char]0x{int.from_bytes(units[i:i + 2], 'little'):04X}"
+                  for i in range(0, len(units), 2)]
+    if lit or not parts:
+        parts.append(f"'{lit}'")
+    return " + ".join(parts)
 
 
 def render(default_model: str, system: str | None, bundle_id: str) -> dict[str, str]:
     """run.sh and run.ps1 for a bundle whose default model is `default_model`."""
-    sh = _template("run.sh").replace("@DEFAULT_MODEL@", shlex.quote(default_model))
+    # the bundle id first: a system prompt may contain any text, "@BUNDLE_ID@" included
+    sh = _template("run.sh").replace("@BUNDLE_ID@", bundle_id)
+    sh = sh.replace("@DEFAULT_MODEL@", shlex.quote(default_model))
     sh = sh.replace("@SYSTEM_SH@", f"export LOCALINFER_SYSTEM={shlex.quote(system)}"
                     if system else "unset LOCALINFER_SYSTEM")
-    ps = _template("run.ps1").replace("@DEFAULT_MODEL_PS@", _ps_quote(default_model))
+    ps = _template("run.ps1").replace("@BUNDLE_ID@", bundle_id)
+    ps = ps.replace("@DEFAULT_MODEL_PS@", _ps_quote(default_model))
     ps = ps.replace("@SYSTEM_PS@", f"$env:LOCALINFER_SYSTEM = {_ps_quote(system)}"
                     if system else "Remove-Item Env:LOCALINFER_SYSTEM -ErrorAction Ignore")
-    return {"run.sh": sh.replace("@BUNDLE_ID@", bundle_id),
-            "run.ps1": ps.replace("@BUNDLE_ID@", bundle_id)}
+    return {"run.sh": sh, "run.ps1": ps}
 
 
 def readme(models: list[str], default_model: str, created: str, version: str,

@@ -58,6 +58,8 @@ def read_wheel(path: Path) -> Wheel:
             meta = email.parser.BytesParser().parsebytes(zf.read(meta_name), headersonly=True)
     except zipfile.BadZipFile as exc:
         raise BundleError(f"wheel {path.name} is not a valid zip file: {exc}") from exc
+    if not meta.get("Name") or not meta.get("Version"):
+        raise BundleError(f"wheel {path.name}: METADATA lacks Name or Version")
     try:
         requires = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
     except InvalidRequirement as exc:

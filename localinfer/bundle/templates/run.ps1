@@ -41,9 +41,9 @@ if (-not (Test-Path (Join-Path $Venv ".complete"))) {
         --no-cache-dir --no-index --find-links "$Here\wheels\$Tag" --require-hashes `
         -r "$Here\wheels\$Tag\requirements.lock"
     if ($LASTEXITCODE -ne 0) { exit 1 }
-    & $Li bundle install $Here --skip-check
+    & $Li bundle install $Here --skip-check | Out-Host
     if ($LASTEXITCODE -ne 0) { exit 1 }
-    & $Li bundle verify $Here --smoke --skip-check
+    & $Li bundle verify $Here --smoke --skip-check | Out-Host
     if ($LASTEXITCODE -ne 0) {
         Write-Warning "this machine's kernels answer the demo prompts differently from the machine that built the bundle"
     }

@@ -40,8 +40,9 @@ if [ ! -f "$VENV/.complete" ]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
         --no-index --find-links "$HERE/wheels/$TAG" --require-hashes \
         -r "$HERE/wheels/$TAG/requirements.lock"
-    "$VENV/bin/localinfer" bundle install "$HERE" --skip-check
-    "$VENV/bin/localinfer" bundle verify "$HERE" --smoke --skip-check ||
+    # setup talks on stderr: `./run.sh run PROMPT > answer.txt` holds the answer only
+    "$VENV/bin/localinfer" bundle install "$HERE" --skip-check >&2
+    "$VENV/bin/localinfer" bundle verify "$HERE" --smoke --skip-check >&2 ||
         echo "run.sh: warning: this machine's kernels answer the demo prompts differently" \
              "from the machine that built the bundle (details above)" >&2
     touch "$VENV/.complete"
