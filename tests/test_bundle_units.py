@@ -716,3 +716,58 @@ def test_read_prompts_text_line_starting_with_bracket(tmp_path: Path) -> None:
     p = tmp_path / "prompts.txt"
     p.write_text("[draft] Name a colour.\n")
     assert demo.read_prompts(p) == ["[draft] Name a colour."]
+
+
+# -- demo.compare: the smoke test's verdict ---------------------------------------------------
+
+def _demo(ids: list[int], lps: list[float], runner_up: list[int], margins: list[float],
+          text: str = "") -> demo.DemoPrompt:
+    return demo.DemoPrompt("m", "p", None, 32, ids, text or " ".join(map(str, ids)), lps,
+                           runner_up, margins)
+
+
+RECORDED = _demo([5, 6, 7, 8], [-0.1, -0.9, -0.7, -0.2], [9, 3, 2, 4], [2.0, 0.5, 0.02, 1.5])
+
+
+def test_compare_identical_passes() -> None:
+    ok, what = demo.compare(RECORDED, _demo([5, 6, 7, 8], [-0.1, -0.95, -0.7, -0.21],
+                                            [9, 3, 2, 4], [2.0, 0.5, 0.02, 1.5]))
+    assert ok and "4 tokens match" in what
+
+
+def test_compare_near_tie_to_the_runner_up_passes() -> None:
+    """Another ISA's rounding may flip a near tie (here to EOS = 2, the recorded runner-up)."""
+    ok, what = demo.compare(RECORDED, _demo([5, 6, 2], [-0.1, -0.9, -0.69], [9, 3, 7],
+                                            [2.0, 0.5, 0.01]))
+    assert ok and "near tie" in what
+
+
+def test_compare_divergence_where_the_model_was_sure_fails() -> None:
+    ok, what = demo.compare(RECORDED, _demo([5, 3, 7, 8], [-0.1, -0.9, -0.7, -0.2],
+                                            [9, 6, 2, 4], [2.0, 0.5, 0.02, 1.5]))
+    assert not ok and "token 1 differs" in what
+
+
+def test_compare_tie_but_not_the_runner_up_fails() -> None:
+    ok, _ = demo.compare(RECORDED, _demo([5, 6, 11], [-0.1, -0.9, -0.7], [9, 3, 7],
+                                         [2.0, 0.5, 0.01]))
+    assert not ok
+
+
+def test_compare_drifting_logprobs_fail_even_with_equal_tokens() -> None:
+    """Equal argmax is not enough: kernels that compute wrong probabilities fail."""
+    ok, what = demo.compare(RECORDED, _demo([5, 6, 7, 8], [-0.1, -2.0, -0.7, -0.2],
+                                            [9, 3, 2, 4], [2.0, 0.5, 0.02, 1.5]))
+    assert not ok and "log-probabilities differ" in what
+
+
+def test_compare_a_shorter_run_fails() -> None:
+    ok, _ = demo.compare(RECORDED, _demo([5, 6], [-0.1, -0.9], [9, 3], [2.0, 0.5]))
+    assert not ok
+
+
+def test_demo_prompt_from_json_checks_lengths() -> None:
+    data = RECORDED.to_json() | {"margins": [1.0]}
+    with pytest.raises(BundleError):
+        demo.DemoPrompt.from_json(data)
+    assert demo.DemoPrompt.from_json(RECORDED.to_json()) == RECORDED

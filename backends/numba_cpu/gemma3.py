@@ -122,7 +122,7 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
     # rows (add_rmsnorm), and Q/K's norms, RoPE and the Q scale in another (qk_norm_rope):
     # a prefill spends most of its non-matmul time in these per-token loops
     for layer in range(n_layers):
-        project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k[0, layer])
+        project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k, 0)
         j = pool_index[layer]
         if is_swa[layer]:
             qk_norm_rope(qkv, n_heads, n_kv, head_dim, q_norm[layer], k_norm[layer], rms_eps,
@@ -151,11 +151,11 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
             gu = gu_b[:n_out]
             hid = h_b[:n_out]
             out_rows = np.arange(n_out)
-        project_as(isa, wo, layer, att, qbuf, xn, q8k[1, layer])  # (n, n_embd)
+        project_as(isa, wo, layer, att, qbuf, xn, q8k, 1)  # (n, n_embd)
         add_rmsnorm(x, xn, post_attn_norm[layer], rms_eps, ffn_norm[layer], xn)
-        project_as(isa, wgu, layer, xn, qbuf, gu, q8k[2, layer])  # (n, 2 n_ff)
+        project_as(isa, wgu, layer, xn, qbuf, gu, q8k, 2)  # (n, 2 n_ff)
         gelu_mul(isa, gu, n_ff, gelu_table, hid)
-        project_as(isa, wdown, layer, hid, qbuf, xn, q8k[3, layer])  # (n, n_embd)
+        project_as(isa, wdown, layer, hid, qbuf, xn, q8k, 3)  # (n, n_embd)
         if layer + 1 < n_layers:
             add_rmsnorm(x, xn, post_ffn_norm[layer], rms_eps, attn_norm[layer + 1], xn)
         else:
@@ -166,7 +166,7 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
         sel[r] = x[out_rows[r]]
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
-    project_as(isa, head, 0, xn_out, qbuf, logits, q8k[4, 0])
+    project_as(isa, head, 0, xn_out, qbuf, logits, q8k, 4)
     if fparams[6] > 0.0:
         _softcap(logits, fparams[6])
 

@@ -86,7 +86,7 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
     for layer in range(n_layers):
         rmsnorm(x, attn_norm[layer], rms_eps, xn)
         # (n, (n_heads + 2 n_kv) head_dim)
-        project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k[0, layer])
+        project_as(isa, wqkv, layer, xn, qbuf, qkv, q8k, 0)
         add_bias(qkv, bqkv[layer])
         if neox:
             rope_neox(qkv, 0, n_heads, head_dim, rope_dim, cos_t, sin_t)
@@ -97,12 +97,12 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
         attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                block_size, slot_mapping, k_pool[layer], v_pool[layer], attn_scale, att_scratch,
                att, 0)
-        project_as(isa, wo, layer, att, qbuf, xn, q8k[1, layer])  # (n, n_embd)
+        project_as(isa, wo, layer, att, qbuf, xn, q8k, 1)  # (n, n_embd)
         add_inplace(x, xn)
         rmsnorm(x, ffn_norm[layer], rms_eps, xn)
-        project_as(isa, wgu, layer, xn, qbuf, gu, q8k[2, layer])  # (n, 2 n_ff)
+        project_as(isa, wgu, layer, xn, qbuf, gu, q8k, 2)  # (n, 2 n_ff)
         silu_mul(isa, gu, n_ff, hid)
-        project_as(isa, wdown, layer, hid, qbuf, xn, q8k[3, layer])  # (n, n_embd)
+        project_as(isa, wdown, layer, hid, qbuf, xn, q8k, 3)  # (n, n_embd)
         add_inplace(x, xn)
 
     n_out = logits_rows.shape[0]
@@ -111,4 +111,4 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
         sel[r] = x[logits_rows[r]]
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
-    project_as(isa, head, 0, xn_out, qbuf, logits, q8k[4, 0])
+    project_as(isa, head, 0, xn_out, qbuf, logits, q8k, 4)

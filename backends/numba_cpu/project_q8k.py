@@ -6,7 +6,7 @@ differs (kernels/quantize_q8k.py), as llama.cpp's does for those weight types.
 
 from __future__ import annotations
 
-from numba import njit
+from numba import types
 from numba.extending import overload
 
 from .dispatch import project
@@ -70,10 +70,22 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
     return tiled
 
 
-@njit(nogil=True)
-def project_as(isa, ws, layer, x, qbuf, out, q8k):
-    """project, or project_q8k where the role's weights are K-quants (LlamaWeights.q8k)."""
-    if q8k:
-        project_q8k(isa, ws, layer, x, qbuf, out)
-    else:
-        project(isa, ws, layer, x, qbuf, out)
+def project_as(isa, ws, layer, x, qbuf, out, q8k, role):
+    """project, or project_q8k where role `role`'s weights are K-quants (LlamaWeights.q8k)."""
+
+
+@overload(project_as, jit_options={"nogil": True})
+def _project_as(isa, ws, layer, x, qbuf, out, q8k, role):
+    if isinstance(q8k, types.NoneType):
+        # a model without K-quants: the q8_K path is never typed, so never compiled (a first
+        # run on a new machine compiles only what the model calls)
+        def plain(isa, ws, layer, x, qbuf, out, q8k, role):
+            project(isa, ws, layer, x, qbuf, out)
+        return plain
+
+    def either(isa, ws, layer, x, qbuf, out, q8k, role):
+        if q8k[role, layer]:
+            project_q8k(isa, ws, layer, x, qbuf, out)
+        else:
+            project(isa, ws, layer, x, qbuf, out)
+    return either

@@ -104,8 +104,9 @@ ROLE_TENSORS = (("attn_q", "attn_k", "attn_v"), ("attn_output",), ("ffn_gate", "
                 ("ffn_down",))
 
 
-def q8k_roles(g: GGUFFile, config: ModelConfig) -> np.ndarray:
-    """LlamaWeights.q8k: which projections take q8_K activations."""
+def q8k_roles(g: GGUFFile, config: ModelConfig) -> np.ndarray | None:
+    """LlamaWeights.q8k: which projections take q8_K activations; None when none does, so
+    that the step is compiled without the q8_K path (project_q8k.project_as)."""
     flags = np.zeros((5, config.n_layers), np.bool_)
     for r, role in enumerate(ROLE_TENSORS):
         for i in range(config.n_layers):
@@ -113,7 +114,7 @@ def q8k_roles(g: GGUFFile, config: ModelConfig) -> np.ndarray:
                               for t in role)
     head = "token_embd.weight" if config.tied_embeddings else "output.weight"
     flags[4, 0] = g.tensors[head].type_name in K_QUANTS
-    return flags
+    return flags if flags.any() else None
 
 
 @dataclass(slots=True)
@@ -133,7 +134,7 @@ class LlamaWeights:
     # of 256 (project_q8k.py) as llama.cpp does for those weight types — with one scale per
     # 256 values instead of per 32, which matters where activations are large (the first
     # token of qwen2.5-1.5b)
-    q8k: np.ndarray
+    q8k: np.ndarray | None  # (5, n_layers) bool: role r of layer i takes q8_K activations
 
     @classmethod
     def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
@@ -145,7 +146,9 @@ class LlamaWeights:
             format_for(name, info.ggml_type, info.type_name)
 
         def norm(name: str) -> np.ndarray:
-            return np.asarray(g.array(name), dtype=np.float32).reshape(-1)
+            # a writable copy, like the stacked norms: a read-only view of the mapped file
+            # would be another array type, and every kernel taking it would compile twice
+            return np.array(g.array(name), dtype=np.float32).reshape(-1)
 
         layers = range(config.n_layers)
         blk = "blk.{}.{}.weight".format
