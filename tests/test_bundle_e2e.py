@@ -95,6 +95,11 @@ def test_bundle_runs_offline_in_an_empty_folder(bundle_tar: Path, tmp_path: Path
         ./run.sh run "{PROMPT}" -n 32 > ../first.out
         echo ===second >&2
         ./run.sh run "{PROMPT}" -n 32 > ../second.out
+        echo "{PROMPT}" | ./run.sh > ../chat.out
+        echo ===moved >&2
+        cp -a ../demo ../moved
+        cd ../moved
+        ./run.sh run "{PROMPT}" -n 32 > ../moved.out
     """
     proc = _offline(script, tmp_path / "empty", tmp_path / "home")
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -102,12 +107,19 @@ def test_bundle_runs_offline_in_an_empty_folder(bundle_tar: Path, tmp_path: Path
     want = _manifest(root)["prompts"][0]
     assert want["prompt"] == PROMPT and len(want["token_ids"]) > 0
     first, second = proc.stderr.split("===second")
+    second, moved = second.split("===moved")
     assert "first run: making a Python environment" in first
     assert "compiling the kernels for this CPU" in first  # nothing compiled was shipped
     assert "tokens match the recorded ones" in first  # the launcher's smoke run
     assert "first run" not in second and "compiling" not in second
     assert (tmp_path / "empty" / "first.out").read_text() == want["text"] + "\n"
     assert (tmp_path / "empty" / "second.out").read_text() == want["text"] + "\n"
+    # a copy elsewhere (a bundle zipped after use): its .runtime is not used, but made again
+    assert "was made on another machine or in another folder: starting over" in moved
+    assert "compiling the kernels for this CPU" in moved
+    assert (tmp_path / "empty" / "moved.out").read_text() == want["text"] + "\n"
+    # no arguments: the chat (its line REPL, stdout not being a terminal) on the bundled model
+    assert len((tmp_path / "empty" / "chat.out").read_text().strip()) > 10
     runtime = root / ".runtime"
     venvs = list(runtime.glob("venv-*/.complete"))
     assert len(venvs) == 1

@@ -771,3 +771,28 @@ def test_demo_prompt_from_json_checks_lengths() -> None:
     with pytest.raises(BundleError):
         demo.DemoPrompt.from_json(data)
     assert demo.DemoPrompt.from_json(RECORDED.to_json()) == RECORDED
+
+
+def test_an_archive_carrying_launcher_state_is_refused(tmp_path: Path) -> None:
+    """A bundle zipped after use holds another machine's venv and compiled (pickled) kernels
+    in .runtime/: verify, install and extract refuse it, naming the entry."""
+    import tarfile
+
+    from localinfer.bundle.opened import check_archive, opened
+
+    src = tmp_path / "demo"
+    (src / ".runtime" / "home" / "numba").mkdir(parents=True)
+    (src / ".runtime" / "home" / "numba" / "k.nbi").write_bytes(b"\x80\x04pickle")
+    (src / "manifest.json").write_text("{}")
+    tar = tmp_path / "demo.tar"
+    with tarfile.open(tar, "w") as tf:
+        tf.add(src, arcname="demo")
+    with pytest.raises(BundleError, match=r"demo/\.runtime"):
+        check_archive(tar)
+    with pytest.raises(BundleError, match="launcher state"), opened(tar, progress=False):
+        pass
+
+
+def test_owner_id_names_the_folder(tmp_path: Path) -> None:
+    a, b = check.owner_id(str(tmp_path / "a")), check.owner_id(str(tmp_path / "b"))
+    assert a != b and str(tmp_path / "a") in a

@@ -8,6 +8,7 @@ run it with the target's python3 before anything from the bundle is installed or
 
     python3 check.py [BUNDLE_DIR]   # exit 1 and one line per problem when anything is wrong
     python3 check.py --target       # this interpreter's wheelhouse name, e.g. linux-x86_64-cp311
+    python3 check.py --owner DIR    # who may use DIR/.runtime: this folder, machine and CPU
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def target_name() -> str:
     else:
         plat = f"{sys.platform}-{machine}"
     return f"{plat}-cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def owner_id(root: str) -> str:
+    """The launchers' state is this folder's on this machine and CPU only: a copied bundle's
+    venv points at the old folder, and its compiled kernels are another CPU's."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith(
+                ("model name", "Model", "CPU part"))), cpu)
+    except OSError:
+        pass
+    return f"{os.path.abspath(root)}|{platform.node()}|{platform.machine()}|{cpu}"
 
 
 def safe_relpath(name: object) -> bool:
@@ -121,6 +135,9 @@ def problems(root: str, on_bytes: Callable[[int], None] | None = None) -> list[s
 def main(argv: list[str]) -> int:
     if argv[1:2] == ["--target"]:
         print(target_name())
+        return 0
+    if argv[1:2] == ["--owner"] and len(argv) == 3:
+        print(owner_id(argv[2]))
         return 0
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     found = problems(root)

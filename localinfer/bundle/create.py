@@ -28,6 +28,7 @@ from localinfer.bundle import archive, check, demo, launchers, wheelhouse
 from localinfer.bundle.janitor import Janitor
 from localinfer.bundle.manifest import FORMAT, Manifest
 from localinfer.bundle.targets import Target, parse_targets
+from localinfer.catalog import sha256_file
 from localinfer.errors import BundleError
 from localinfer.progress import ProgressBar, human_bytes
 
@@ -184,7 +185,7 @@ def _build(tmp: Path, opts: CreateOptions, targets: list[Target], models: list[B
     for p in sorted(tmp.rglob("*")):
         rel = p.relative_to(tmp).as_posix()
         if p.is_file() and rel not in files and rel not in (m.info["file"] for m in models):
-            files[rel] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+            files[rel] = {"size": p.stat().st_size, "sha256": sha256_file(p)}
     for m in models:
         files[m.info["file"]] = {"size": m.info["size"], "sha256": m.info["sha256"]}
     data = {
@@ -211,12 +212,6 @@ def _copy(src: Path, dst: Path, label: str, progress: bool) -> str:
             h.update(block)
             bar.update(len(block))
     return h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    from localinfer.catalog import sha256_file
-
-    return sha256_file(path)
 
 
 def _commit() -> str:

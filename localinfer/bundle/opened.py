@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from localinfer.bundle import archive
+from localinfer.bundle import archive, check
 from localinfer.errors import BundleError
 
 
@@ -22,5 +22,18 @@ def opened(path: Path, *, progress: bool = True) -> Iterator[Path]:
         raise BundleError(f"{path}: no such bundle folder or archive")
     if archive.archive_kind(path) is None:
         raise BundleError(f"{path}: neither a bundle folder nor a .zip or .tar archive")
+    check_archive(path)
     with tempfile.TemporaryDirectory(prefix="localinfer-bundle-") as tmp:
         yield archive.extract(path, Path(tmp) / "bundle", progress=progress)
+
+
+def check_archive(path: Path) -> None:
+    """archive.check_members, and no launcher state: a bundle zipped after it was used carries
+    another machine's venv and compiled kernels in .runtime/, which must never be loaded."""
+    members = archive.check_members(path)
+    root = archive.archive_root(members)
+    for m in members:
+        rel = m.name.split("/", 1)[1] if root and "/" in m.name else m.name
+        if rel == check.STATE_DIR or rel.startswith(check.STATE_DIR + "/"):
+            raise BundleError(f"unsafe archive entry {m.name!r}: launcher state from another "
+                              f"machine ({check.STATE_DIR}/) is never unpacked")

@@ -73,6 +73,8 @@ def main(name: str, args: argparse.Namespace) -> int:
             print(f"{model}: localinfer run --model {model} \"...\"")
     else:
         from localinfer.bundle.archive import extract
+        from localinfer.bundle.opened import check_archive
 
+        check_archive(args.archive)
         print(extract(args.archive, args.dest))
     return 0

@@ -24,6 +24,16 @@ try {
     $State = Join-Path $env:LOCALAPPDATA "localinfer-bundles\@BUNDLE_ID@"
     New-Item -ItemType Directory -Force -Path $State | Out-Null
 }
+# state made for another folder or machine is never used (its venv points elsewhere, its
+# compiled kernels are another CPU's)
+$Owner = (& $Py @PyArgs "$Here\check.py" --owner $Here).Trim()
+$OwnerFile = Join-Path $State "owner"
+if ((Test-Path $OwnerFile) -and ((Get-Content $OwnerFile -Raw).Trim() -ne $Owner)) {
+    Write-Host "run.ps1: $State was made on another machine or in another folder: starting over"
+    Remove-Item -Recurse -Force $State
+    New-Item -ItemType Directory -Force -Path $State | Out-Null
+}
+Set-Content -Path $OwnerFile -Value $Owner
 $Venv = Join-Path $State "venv-$Tag"
 $env:LOCALINFER_HOME = Join-Path $State "home"
 $env:LOCALINFER_MODEL = @DEFAULT_MODEL_PS@

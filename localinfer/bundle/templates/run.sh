@@ -25,6 +25,15 @@ if ! mkdir -p "$STATE" 2>/dev/null || [ ! -w "$STATE" ]; then
     STATE="${XDG_CACHE_HOME:-$HOME/.cache}/localinfer-bundles/@BUNDLE_ID@"
     mkdir -p "$STATE"
 fi
+# state made for another folder or machine (a bundle zipped after use, then copied) is never
+# used: its venv points elsewhere and its compiled kernels are another CPU's
+OWNER=$("$PY" "$HERE/check.py" --owner "$HERE")
+if [ -e "$STATE/owner" ] && [ "$(cat "$STATE/owner")" != "$OWNER" ]; then
+    echo "run.sh: $STATE was made on another machine or in another folder: starting over" >&2
+    rm -rf "$STATE"
+    mkdir -p "$STATE"
+fi
+printf '%s\n' "$OWNER" > "$STATE/owner"
 VENV="$STATE/venv-$TAG"
 export LOCALINFER_HOME="$STATE/home" LOCALINFER_MODEL=@DEFAULT_MODEL@
 @SYSTEM_SH@
