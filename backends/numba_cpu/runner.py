@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 import localinfer.backends.numba_cpu  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
 import numpy as np
-from localinfer.backends.numba_cpu.compile_notice import CompileNotice
 
 from localinfer.backend import ModelRunner
 from localinfer.errors import InvalidRequestError, UnsupportedModelError
+
+from .compile_notice import CompileNotice
 
 if TYPE_CHECKING:
     from localinfer.engine.batch import ScheduledBatch
@@ -66,8 +67,8 @@ class NumbaModelRunner(ModelRunner):
                                           "n_ff to be multiples of 16")
             self.isa = "generic"
         self._isa = Isa(self.isa)
-        types = sorted({t.type_name for t in gguf.tensors.values()})
-        self._compile_notice = CompileNotice(c.arch, self.isa, *types, enabled=progress)
+        weight_types = sorted({t.type_name for t in gguf.tensors.values()})
+        self._compile_notice = CompileNotice(c.arch, self.isa, *weight_types, enabled=progress)
         # -- gemma3: its own step and two KV pools (global, sliding-window); see gemma3.py
         self._gemma3 = None
         if c.arch == "gemma3":
@@ -147,7 +148,7 @@ class NumbaModelRunner(ModelRunner):
             return logits
         with self._compile_notice:
             self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
-                   np.float32(c.rms_eps), float(c.rope_base),
+                       np.float32(c.rms_eps), float(c.rope_base),
                        np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
                        w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
                        self.k_pool, self.v_pool, self._bufs, logits)
