@@ -95,6 +95,7 @@ class LLM:
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate
         from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN, EngineConfig
+        from localinfer.engine.continuations import Continuations
         from localinfer.engine.llm_engine import LLMEngine
         from localinfer.gguf_file import open_gguf
         from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
@@ -135,6 +136,7 @@ class LLM:
             raise
         self.backend = backend
         self.engine = LLMEngine(runner, self.tokenizer, self.engine_config)
+        self.engine.continuations = Continuations(self.tokenizer)
         self._lock = threading.Lock()  # one caller drives the engine at a time
 
     def _size_kv_pools(self, runner_cls: Any, options: dict[str, Any]) -> int:
@@ -168,12 +170,17 @@ class LLM:
 
     def encode(self, prompt: Prompt, **template_vars: Any) -> list[int]:
         """Token ids for a text prompt, a chat (chat template applied, with `template_vars`
-        such as `tools`) or ids as given."""
+        such as `tools`) or ids as given. A chat that continues a recent request keeps that
+        request's prompt and generated ids (engine/continuations.py)."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special=True, parse_special=False)
         if isinstance(prompt, Sequence) and prompt and all(isinstance(t, int) for t in prompt):
             return list(prompt)  # type: ignore[arg-type]
         text = self.chat_template.render(prompt, add_generation_prompt=True, **template_vars)
+        continuations = self.engine.continuations
+        spliced = continuations.splice(text) if continuations is not None else None
+        if spliced is not None:  # earlier turns keep the ids the model generated
+            return spliced
         ids = self.tokenizer.encode(text, add_special=True, parse_special=True)
         bos = self.tokenizer.bos_id
         # templates often write the BOS text themselves; never feed it twice

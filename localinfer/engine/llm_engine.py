@@ -32,6 +32,7 @@ from localinfer.backend import ModelRunner
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
+from localinfer.engine.continuations import Continuations
 from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
@@ -68,6 +69,9 @@ class LLMEngine:
             config.num_blocks, config.block_size, config.enable_prefix_caching
         )
         self.block_manager.on_free = runner.free_sequence
+        # finished requests' exact ids, for chat prompts that continue them (LLM.encode sets
+        # it; engine-only users and fakes go without)
+        self.continuations: Continuations | None = None
         self.scheduler = Scheduler(config, self.block_manager, tokenizer.eog_ids)
         # a runner that lays out its KV cache for these limits (llama.cpp: one stream per
         # sequence) may hold shorter sequences or fewer live ones: the scheduler keeps both
@@ -278,6 +282,8 @@ class LLMEngine:
         if seq.is_finished:
             text += stream.finish()
             del self.streams[seq.seq_id]
+            if self.continuations is not None and seq.finish_reason in ("stop", "length"):
+                self.continuations.remember(seq.token_ids)
         return self._output(seq, text, [token])
 
     def _output(self, seq: Sequence, text: str, token_ids: list[int]) -> RequestOutput:
