@@ -46,6 +46,23 @@ def run_pip(args: list[str], *, label: str, progress: bool, error: type[LocalInf
     reader = threading.Thread(target=lambda: errors.extend(proc.stderr or []), daemon=True)
     reader.start()
     bar = ProgressBar(total, label, enabled=None if progress else False, on_update=on_progress)
+    try:
+        _follow(proc, bar, label)
+    except BaseException:  # Ctrl-C or an error here: pip must not go on writing
+        proc.kill()
+        proc.wait()
+        raise
+    proc.wait()
+    reader.join()
+    if proc.returncode != 0:
+        relevant = [ln.strip() for ln in errors if ln.startswith("ERROR")
+                    or "No matching distribution" in ln]
+        tail = (relevant or [ln.strip() for ln in errors if ln.strip()][-1:] or ["pip failed"])
+        raise error(f"{label} failed: {tail[0]}")
+
+
+def _follow(proc: subprocess.Popen[str], bar: ProgressBar, label: str) -> None:
+    """pip's stdout into the bar: the file being fetched, and the bytes so far."""
     done_before = last = 0  # bytes of finished files; bytes of the current one
     with bar:
         for line in proc.stdout or []:
@@ -58,13 +75,6 @@ def run_pip(args: list[str], *, label: str, progress: bool, error: type[LocalInf
             elif m := (_DOWNLOADING.match(line) or _NAMED.match(line)):
                 name = m.group(1).rsplit("/", 1)[-1]
                 bar.label = f"{label} ({name[:48]})"
-    proc.wait()
-    reader.join()
-    if proc.returncode != 0:
-        relevant = [ln.strip() for ln in errors if ln.startswith("ERROR")
-                    or "No matching distribution" in ln]
-        tail = (relevant or [ln.strip() for ln in errors if ln.strip()][-1:] or ["pip failed"])
-        raise error(f"{label} failed: {tail[0]}")
 
 
 def _die_with_parent() -> None:

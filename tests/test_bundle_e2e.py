@@ -245,8 +245,8 @@ def test_interrupted_create_leaves_nothing(smollm2_path: Path, tmp_path: Path) -
         time.sleep(0.02)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
     assert _leftovers(out) == []
 
 
