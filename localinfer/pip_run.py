@@ -43,10 +43,11 @@ def run_pip(args: list[str], *, label: str, progress: bool, error: type[LocalInf
                             preexec_fn=_die_with_parent if die_with_parent
                             and sys.platform == "linux" else None)
     errors: list[str] = []
-    reader = threading.Thread(target=lambda: errors.extend(proc.stderr or []), daemon=True)
-    reader.start()
-    bar = ProgressBar(total, label, enabled=None if progress else False, on_update=on_progress)
     try:
+        reader = threading.Thread(target=lambda: errors.extend(proc.stderr or []), daemon=True)
+        reader.start()
+        bar = ProgressBar(total, label, enabled=None if progress else False,
+                          on_update=on_progress)
         _follow(proc, bar, label)
     except BaseException:  # Ctrl-C or an error here: pip must not go on writing
         proc.kill()

@@ -6,7 +6,8 @@ wheelhouse, copy the models (hashing as they go), write the launchers, the READM
 manifest, check the result with the same check the target will run, and only then put it in
 place: a folder renamed from its temp name, or an archive written through a temp file. Until
 then everything lives in `.OUT.partial-PID` beside the output, which the janitor removes if
-this process is killed (janitor.py); an error or Ctrl-C removes it here.
+this process is killed (janitor.py); an error or Ctrl-C removes it here, and the janitor
+sweeps again after.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def create(opts: CreateOptions) -> Path:
             os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        janitor.release()
+        janitor.abandon()  # and it sweeps once more, should a child still be writing
         raise
     janitor.release()
     if opts.progress:

@@ -32,6 +32,12 @@ class Janitor:
             stdin=read_end, start_new_session=os.name == "posix")
         os.close(read_end)
 
+    def abandon(self) -> None:
+        """The build failed: hang up without "done", so the janitor removes whatever is left
+        (again for a moment, in case a child was still writing), and do not wait for it."""
+        with contextlib.suppress(OSError):
+            os.close(self._write_end)
+
     def release(self) -> None:
         """The output is in place, or the builder cleaned up itself: the janitor exits."""
         with contextlib.suppress(OSError):
