@@ -796,3 +796,34 @@ def test_an_archive_carrying_launcher_state_is_refused(tmp_path: Path) -> None:
 def test_owner_id_names_the_folder(tmp_path: Path) -> None:
     a, b = check.owner_id(str(tmp_path / "a")), check.owner_id(str(tmp_path / "b"))
     assert a != b and str(tmp_path / "a") in a
+
+
+def test_an_interrupted_create_leaves_nothing(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the wheelhouse fills: KeyboardInterrupt goes on up (the CLI exits 130),
+    and neither the bundle nor its partial folder is left."""
+    from gguf_factory import write_tiny_llama
+
+    from localinfer.bundle import create as C
+
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    monkeypatch.setattr(C.demo, "generate", lambda *a, **k: [])
+    own = tmp_path / "localinfer-0.1.0-py3-none-any.whl"
+    own.write_bytes(b"PK")
+    monkeypatch.setattr(C.wheelhouse, "build_own_wheel", lambda dest, **k: own)
+
+    def interrupted_fill(target, wheel, extras, dest, **k):
+        (dest / "numpy-2.0-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(C.wheelhouse, "fill", interrupted_fill)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        C.create(C.CreateOptions(out=out / "demo", models=[str(model)], extras=[],
+                                 progress=False))
+    for _ in range(50):  # the janitor's last sweep runs in its own process
+        if not list(out.iterdir()):
+            break
+        time.sleep(0.1)
+    assert list(out.iterdir()) == []
