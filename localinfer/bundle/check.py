@@ -82,12 +82,15 @@ def load_manifest(root: str) -> dict:
     return manifest
 
 
-def problems(root: str, on_bytes: Callable[[int], None] | None = None) -> list[str]:
-    """One line per problem with the bundle at `root`; [] when every file checks out."""
-    try:
-        manifest = load_manifest(root)
-    except ValueError as exc:
-        return [str(exc)]
+def problems(root: str, on_bytes: Callable[[int], None] | None = None,
+             manifest: dict | None = None) -> list[str]:
+    """One line per problem with the bundle at `root`; [] when every file checks out.
+    `manifest`: load_manifest(root), when the caller has it already."""
+    if manifest is None:
+        try:
+            manifest = load_manifest(root)
+        except ValueError as exc:
+            return [str(exc)]
     files: dict[str, dict] = manifest["files"]
     out: list[str] = []
     present = set()

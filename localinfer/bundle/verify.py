@@ -15,11 +15,12 @@ from localinfer.progress import ProgressBar
 def file_problems(root: Path, *, progress: bool) -> list[str]:
     """check.py's problems, with a progress bar over the bytes hashed."""
     try:
-        total = sum(int(v["size"]) for v in check.load_manifest(str(root))["files"].values())
-    except ValueError:
-        total = None
+        manifest = check.load_manifest(str(root))
+    except ValueError as exc:
+        return [str(exc)]
+    total = sum(int(v["size"]) for v in manifest["files"].values())
     with ProgressBar(total, "checking", enabled=None if progress else False) as bar:
-        return check.problems(str(root), on_bytes=bar.update)
+        return check.problems(str(root), on_bytes=bar.update, manifest=manifest)
 
 
 def verify(path: Path, *, smoke: bool = False, skip_check: bool = False,
