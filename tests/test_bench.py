@@ -146,3 +146,31 @@ def test_llama_bench_output_is_parsed(tmp_path: Path) -> None:
     assert llama_bench.command("lb", plan)[-2:] == ["-o", "json"]
     with pytest.raises(Exception, match="llama-bench"):
         llama_bench.parse("no json here")
+
+
+def test_competing_load_runs_busy_processes_and_stops_them() -> None:
+    """--load N: N processes really compete for the CPU during a step and are gone after."""
+    import time
+
+    from localinfer.bench.load import competing_load
+
+    with competing_load(2) as procs:
+        assert len(procs) == 2
+        time.sleep(0.5)
+        busy = []
+        for p in procs:
+            with open(f"/proc/{p.pid}/stat") as f:
+                utime = int(f.read().rsplit(")", 1)[1].split()[11])  # field 14: user ticks
+            busy.append(utime)
+            assert p.poll() is None
+    assert sum(busy) > 0  # they burned CPU, not slept
+    assert all(p.poll() is not None for p in procs)
+    with competing_load(0) as none:
+        assert none == []
+
+
+def test_load_option_is_recorded_and_checked(tmp_path: Path) -> None:
+    bad = bench("--load", "-1", "--peer", "none")
+    assert bad.returncode != 0 and "--load" in bad.stderr
+    plan = BenchPlan(model="m.gguf", threads=1, load=3)
+    assert BenchPlan.from_json(plan.to_json()).load == 3

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from localinfer.bench import startup
+from localinfer.bench.load import competing_load
 from localinfer.bench.plan import BenchPlan
 from localinfer.bench.progress import Stage
 from localinfer.errors import LocalInferError
@@ -55,7 +56,8 @@ def run_all(plan: BenchPlan, peer: bool, peer_bench: str | None) -> dict[str, An
         stage.prefix = f"[bench {i}/{len(steps)}] {who} {titles[group]}: "
         stage.show("starting")
         t0 = time.perf_counter()
-        result = fn(stage)
+        with competing_load(plan.load):  # started per step: nothing runs between them
+            result = fn(stage)
         result["elapsed_s"] = time.perf_counter() - t0
         if side == "llama_bench":
             raw["llama_bench"] = result

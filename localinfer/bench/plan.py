@@ -39,6 +39,7 @@ class BenchPlan:
     structured_schema: str = ""  # JSON Schema text of the decode rows ("": the built-in one)
     mask_reps: int = 10  # fresh schemas timed to their first mask
     structured_reps: int = 3  # constrained/unconstrained decode pairs (median of them)
+    load: int = 0  # competing busy processes beside every measurement (--load)
     label: str = ""  # progress prefix a child shows
 
     @classmethod

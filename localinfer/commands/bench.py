@@ -28,6 +28,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregate", metavar="COUNTS", default="1,4,16,64",
                    help="concurrent sequences of the aggregate-decode rows, a comma list "
                         "(default 1,4,16,64; fewer makes a bigger model's run shorter)")
+    p.add_argument("--load", type=int, default=0, metavar="N",
+                   help="run N CPU-bound busy processes beside every measurement, both sides "
+                        "alike: how each engine copes on a busy machine (default 0)")
     p.add_argument("--structured-schema", metavar="FILE",
                    help="the JSON Schema of the structured decode rows (implies --structured)")
     p.add_argument("--structured", action="store_true",
@@ -52,6 +55,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         raise BackendUnavailableError(
             "the llama.cpp peer needs llama-cpp-python (pip install 'localinfer[llamacpp]'); "
             "or pass --peer none")
+    if args.load < 0:
+        raise InvalidRequestError(f"invalid --load: must be >= 0, got {args.load}")
     if args.threads is not None and args.threads < 1:
         raise InvalidRequestError(f"invalid --threads: must be >= 1, got {args.threads}")
     path = Catalog.load().resolve(args.model, progress=True)
@@ -64,6 +69,7 @@ def main(name: str, args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from exc
     plan.agg_counts = _aggregate_counts(args.aggregate)
+    plan.load = args.load
     plan.backend, plan.n_gpu_layers = args.backend, options.get("n_gpu_layers", 0)
     plan.flash_attn = options.get("flash_attn")
     plan.structured = args.structured or args.structured_schema is not None
@@ -75,7 +81,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         report.write_json(args.json, doc)
     lcp = doc["host"].get("llama_cpp_python")
     print(f"localinfer bench: {Path(path).name}, {args.backend} backend, {threads} threads"
-          + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else ""))
+          + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else "")
+          + (f", {plan.load} competing busy processes" if plan.load else ""))
     print(report.table(doc, plan))
     return 0
 
