@@ -3,8 +3,8 @@ progress line instead of pages of "Collecting ..." lines.
 
 pip 24.1 and newer print machine-readable download progress with `--progress-bar raw`
 ("Progress DONE of TOTAL" lines); with it we show the file being fetched and the bytes so far in
-one ProgressBar. Older pips run quietly, in a temp folder (TMPDIR) of their own whose growth is
-the download's byte count: pip downloads there before it moves the file to its destination.
+one ProgressBar. Older pips run quietly, in a temp folder (TMPDIR) of their own: pip downloads
+each file there before it moves it to its destination, so the files' sizes are the byte count.
 pip's errors are kept and the first relevant line becomes the error message.
 """
 
@@ -79,7 +79,7 @@ def run_pip(args: list[str], *, label: str, progress: bool, error: type[LocalInf
 def _follow(proc: subprocess.Popen[str], bar: ProgressBar, label: str,
             pip_tmp: Path | None) -> None:
     """pip's stdout into the bar: the file being fetched, and the bytes so far; or, from a
-    quiet pip (`pip_tmp`: its TMPDIR), the most bytes its temp folder has held."""
+    quiet pip (`pip_tmp`: its TMPDIR), the bytes of the files it wrote there."""
     if pip_tmp is not None:
         stop = threading.Event()
         watcher = threading.Thread(target=_watch, args=(pip_tmp, bar, stop), daemon=True)
@@ -107,19 +107,16 @@ def _follow(proc: subprocess.Popen[str], bar: ProgressBar, label: str,
 
 
 def _watch(folder: Path, bar: ProgressBar, stop: threading.Event) -> None:
+    seen: dict[str, int] = {}  # every file pip wrote there, at its largest (moved ones stay)
     while not stop.wait(0.25):
-        held = _folder_bytes(folder)
+        for root, _, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(root, name)
+                with contextlib.suppress(OSError):  # moved or removed while we looked
+                    seen[path] = max(seen.get(path, 0), os.stat(path).st_size)
+        held = sum(seen.values())
         if held > bar.done:
             bar.update(held - bar.done)
-
-
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):  # moved or removed while we looked
-                total += os.stat(os.path.join(root, name)).st_size
-    return total
 
 
 def _die_with_parent() -> None:

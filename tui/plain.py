@@ -18,11 +18,13 @@ from localinfer.errors import LocalInferError
 
 HELP = """commands:
   /new              start a new chat          /system TEXT   set the system prompt
-  /regen            regenerate the last reply /set [KEY VALUE]  show or set temperature,
-                    top_k, top_p, min_p, repeat_penalty, max_tokens (VALUE "default": the model's)
+  /regen            regenerate the last reply /drop [N]      drop the N oldest turns (1)
   /list             list saved chats          /resume ID     continue a saved chat
-  /delete ID        delete a saved chat       /drop [N]      drop the N oldest turns (1)
-  /stats            show the last turn's stats /quit          leave (also end of input)"""
+  /delete ID        delete a saved chat       /stats         show the last turn's stats
+  /set              the sampling settings, and where each comes from
+  /set KEY VALUE    temperature, top_k, top_p, min_p, repeat_penalty or max_tokens
+                    (VALUE "default": the model's recommended value)
+  /quit             leave (also end of input)"""
 
 
 class PlainChat:
