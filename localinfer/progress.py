@@ -7,6 +7,7 @@ returns in a log file). unit="s" shows elapsed time against an expected duration
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -85,8 +86,9 @@ class ProgressBar:
             return human_bytes(n)
         return f"{n:.0f} s" if self.unit == "s" else f"{n:.0f}"
 
-    def text(self, now: float | None = None) -> str:
-        """The bar as one line of text (no carriage return)."""
+    def text(self, now: float | None = None, columns: int = 120) -> str:
+        """The bar as one line of text (no carriage return), its bar narrowed to fit
+        `columns`."""
         now = time.monotonic() if now is None else now
         rate = (self.done - self._done_at_start) / max(now - self._start, 1e-6)
         speed = (f" {human_bytes(rate)}/s" if self.unit == "bytes"
@@ -94,17 +96,25 @@ class ProgressBar:
         if not self.total:
             return f"{self.label} {self._fmt(self.done)}{speed}"
         frac = min(self.done / self.total, 1.0)
-        width = 30
-        fill = int(frac * width)
-        bar = "█" * fill + "·" * (width - fill)
         # an expected duration is a guess: "~"
         total = ("~" if self.unit == "s" else "") + self._fmt(self.total)
-        return f"{self.label} {bar} {frac * 100:5.1f}% {self._fmt(self.done)}/{total}{speed}"
+        figures = f"{frac * 100:5.1f}% {self._fmt(self.done)}/{total}{speed}"
+        width = min(30, columns - len(self.label) - len(figures) - 3)
+        if width < 5:  # no room for a bar: the figures matter more
+            return f"{self.label} {figures}"
+        fill = int(frac * width)
+        return f"{self.label} {'█' * fill}{'·' * (width - fill)} {figures}"
 
     def _draw(self, now: float) -> None:
-        self._line(self.text(now))
+        self._line(self.text(now, self._columns()))
+
+    @staticmethod
+    def _columns() -> int:
+        return max(20, shutil.get_terminal_size((120, 24)).columns - 1)
 
     def _line(self, line: str) -> None:
+        # a line wider than the terminal wraps, and each redraw would then leave a line behind
+        line = line[: self._columns()]
         pad = " " * max(0, self._width - len(line))
         self._width = len(line)
         self.stream.write(f"\r{line}{pad}")
