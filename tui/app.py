@@ -6,6 +6,7 @@ own thread (EngineLoop); the UI only awaits streamed outputs, so it never blocks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -91,8 +92,10 @@ class ChatApp(App[None]):
         self.chat.refresh_status(state=label)
 
     def _compile_progress(self, label: str, done: int, total: int | None) -> None:
-        # on the thread that steps the model (the loader's warm-up, or the engine loop)
-        self.call_from_thread(self._show_compile, label, done, total or 0)
+        # on the thread that steps the model (the loader's warm-up, or the engine loop); a
+        # compile still running when the app has quit has no one left to tell
+        with contextlib.suppress(RuntimeError):
+            self.call_from_thread(self._show_compile, label, done, total or 0)
 
     def _show_compile(self, label: str, elapsed: int, expected: int) -> None:
         if elapsed < expected:
