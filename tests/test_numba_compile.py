@@ -1,4 +1,4 @@
-"""The first compile: announced exactly once per model kind, and only what the model needs."""
+"""The first compile: displayed exactly once per model kind, and only what the model needs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from localinfer.backends.numba_cpu.weights import q8k_roles
 def test_notice_once_then_silent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LOCALINFER_HOME", str(tmp_path / "home"))  # the compile-time record
     first = CompileNotice("llama", "avx2", "Q4_0", enabled=True)
     assert first.pending
     with pytest.raises(RuntimeError), first:  # a failed step does not count as compiled
@@ -20,8 +21,9 @@ def test_notice_once_then_silent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert first.pending and not (tmp_path / "compiled").exists()
     with first:
         pass
-    err = capsys.readouterr().err
-    assert err.count("compiling the kernels for this CPU") == 2 and "kernels compiled in" in err
+    err = capsys.readouterr().err  # not a terminal: plain lines, no carriage returns
+    assert err.count("compiling the kernels for this CPU (once;") == 2 and "stopped" in err
+    assert "kernels compiled in" in err and "\r" not in err
     assert not CompileNotice("llama", "avx2", "Q4_0", enabled=True).pending
     assert CompileNotice("llama", "avx2", "Q4_K", enabled=True).pending  # another kind
     with CompileNotice("llama", "avx2", "Q4_0", enabled=True):

@@ -14,6 +14,7 @@ from localinfer.tui.conversation import Conversation  # noqa: E402
 from localinfer.tui.session import LoadOptions  # noqa: E402
 
 from localinfer.engine.outputs import EngineStats  # noqa: E402
+from localinfer.sampling_defaults import SamplingDefaults  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "data" / "chat_fixture.json"
 SIZE = (100, 36)
@@ -24,6 +25,7 @@ class FixedSession:
 
     model_name = "smollm2-135m"
     context_limit = 4096
+    sampling_defaults = SamplingDefaults.llama_cpp()  # SmolLM2's: its GGUF has no keys
 
     def encode(self, conv: Conversation) -> list[int]:
         return [0] * 100

@@ -80,3 +80,18 @@ def test_plain_repl_does_not_import_textual() -> None:
             "print('textual' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_settings_unset_take_the_models_and_v1_defaults_read_as_unset() -> None:
+    """Version 1 always saved its fixed 0.7 / 0.95: they read back as the model's choice;
+    a value a user set (0.3) stays."""
+    old = {"version": 1, "id": "20261101-120000-abc123",
+           "settings": {"temperature": 0.7, "top_p": 0.95, "max_tokens": 64}}
+    s = Conversation.from_dict(old).settings
+    assert (s.temperature, s.top_p, s.max_tokens) == (None, None, 64)
+    old["settings"]["temperature"] = 0.3
+    assert Conversation.from_dict(old).settings.temperature == 0.3
+    p = ChatSettings(top_k=3).sampling_params()  # no model yet: llama.cpp's for the rest
+    assert (p.top_k, p.top_p, p.temperature) == (3, pytest.approx(0.95), pytest.approx(0.8))
+    again = Conversation.from_dict(Conversation(settings=ChatSettings(top_k=3)).to_dict())
+    assert again.settings == ChatSettings(top_k=3)

@@ -6,10 +6,11 @@ own thread (EngineLoop); the UI only awaits streamed outputs, so it never blocks
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
-from localinfer.tui.conversation import ChatSettings, Conversation
+from localinfer.tui.conversation import ChatSettings, Conversation, describe_settings
 from localinfer.tui.screens.chat import ChatScreen
 from localinfer.tui.screens.conversations import ConversationsScreen
 from localinfer.tui.screens.help import HelpScreen
@@ -21,6 +22,7 @@ from localinfer.tui.store import ConversationStore
 from textual.app import App
 from textual.widgets import ProgressBar
 
+from localinfer import compile_progress
 from localinfer.errors import LocalInferError
 
 
@@ -47,10 +49,13 @@ class ChatApp(App[None]):
 
     async def on_mount(self) -> None:
         await self.push_screen(self.chat)
+        # a first compile shows in the status bar (on stderr it would tear the screen)
+        compile_progress.report_to(self._compile_progress)
         if self.session is None:
             self.load_model(self.options.model)
 
     async def on_unmount(self) -> None:
+        compile_progress.report_to(None)
         if self.chat.handle is not None:
             self.chat.handle.abort()
         if self._owns_session and self.session is not None:
@@ -85,6 +90,19 @@ class ChatApp(App[None]):
         bar.display = True
         bar.update(total=total, progress=done)
         self.chat.refresh_status(state=label)
+
+    def _compile_progress(self, label: str, done: int, total: int | None) -> None:
+        # on the thread that steps the model (the loader's warm-up, or the engine loop); a
+        # compile still running when the app has quit has no one left to tell
+        with contextlib.suppress(RuntimeError):
+            self.call_from_thread(self._show_compile, label, done, total or 0)
+
+    def _show_compile(self, label: str, elapsed: int, expected: int) -> None:
+        if elapsed < expected:
+            self._show_progress(f"{label}: {elapsed} s of ~{expected} s", elapsed, expected)
+            return
+        self.chat.query_one("#pull-progress", ProgressBar).display = False
+        self.chat.refresh_status(state="loading…" if self.session is None else "ready")
 
     async def _loaded(self, session: ChatSession, options: LoadOptions) -> None:
         await self.chat.wait_idle()
@@ -122,10 +140,11 @@ class ChatApp(App[None]):
             if settings is not None:
                 self.chat.conv.settings = settings
                 self.chat.save(self.chat.conv)
-                self.notify(f"temperature {settings.temperature}, top-p {settings.top_p}, "
-                            f"max tokens {settings.max_tokens}")
+                defaults = self.session.sampling_defaults if self.session else None
+                self.notify(describe_settings(settings, defaults))
 
-        self.push_screen(SettingsScreen(self.chat.conv.settings), done)
+        defaults = self.session.sampling_defaults if self.session else None
+        self.push_screen(SettingsScreen(self.chat.conv.settings, defaults), done)
 
     def action_conversations(self) -> None:
         if self.store is None:

@@ -11,25 +11,48 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from localinfer.errors import InvalidRequestError
+from localinfer.sampling_defaults import SamplingDefaults
 from localinfer.sampling_params import SamplingParams
 
 ROLES = ("user", "assistant")
-FORMAT_VERSION = 1
+# 2: sampling settings may be None (the model's recommendation); version 1 always wrote
+# temperature 0.7 and top-p 0.95, its fixed defaults, which read back as None
+FORMAT_VERSION = 2
+V1_DEFAULTS = {"temperature": 0.7, "top_p": 0.95}
+# the settings a user can set, SamplingParams' name for each
+SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
+            "min_p": "min_p", "repeat_penalty": "repetition_penalty"}
 
 
 @dataclass(slots=True)
 class ChatSettings:
-    temperature: float = 0.7
-    top_p: float = 0.95
+    # None: the model's recommended value (GGUF general.sampling.*), else llama.cpp's
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
     max_tokens: int = 512
 
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams(
-            max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p
-        )
+    def overrides(self) -> dict[str, Any]:
+        """SamplingParams field -> the value set here (None: not set)."""
+        return {param: getattr(self, name) for name, param in SAMPLING.items()}
+
+    def sampling_params(self, defaults: SamplingDefaults | None = None) -> SamplingParams:
+        """`defaults`: the loaded model's (None: llama.cpp's, before a model is loaded)."""
+        defaults = defaults or SamplingDefaults.llama_cpp()
+        return defaults.params(**self.overrides(), max_tokens=self.max_tokens)
 
     def validate(self) -> None:
         self.sampling_params()  # raises InvalidRequestError with the offending field
+
+
+def describe_settings(settings: ChatSettings, defaults: SamplingDefaults | None) -> str:
+    """The effective sampling settings, each with where it came from; and max tokens."""
+    defaults = defaults or SamplingDefaults.llama_cpp()
+    params = settings.sampling_params(defaults)
+    line = defaults.describe(params, settings.overrides(), seed=False)
+    return f"{line}, max tokens {settings.max_tokens}"
 
 
 @dataclass(slots=True)
@@ -101,7 +124,12 @@ class Conversation:
                 Message(str(m["role"]), str(m["content"]), dict(m.get("meta") or {}))
                 for m in data.get("messages", [])
             ]
-            settings = ChatSettings(**(data.get("settings") or {}))
+            settings_data = dict(data.get("settings") or {})
+            if int(data.get("version", 1)) < 2:
+                for name, value in V1_DEFAULTS.items():
+                    if settings_data.get(name) == value:
+                        settings_data[name] = None
+            settings = ChatSettings(**settings_data)
             conv = cls(
                 id=str(data["id"]),
                 model=str(data.get("model", "")),

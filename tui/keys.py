@@ -26,7 +26,7 @@ HELP_ROWS: list[tuple[str, str]] = [
     ("ctrl+n", "start a new chat (the current one stays saved)"),
     ("f1", "this help"),
     ("f2", "edit the system prompt"),
-    ("f3", "sampling settings: temperature, top-p, max tokens"),
+    ("f3", "sampling settings: temperature, top-k, top-p, min-p, …"),
     ("f4", "switch model (pulls it from the catalog if needed)"),
     ("f5, ctrl+o", "saved chats: resume or delete"),
     ("ctrl+q", "quit"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from localinfer.tui.conversation import Conversation, Message
+from localinfer.tui.conversation import SAMPLING, Conversation, Message, describe_settings
 from localinfer.tui.session import NEAR_FULL, ChatSession
 from localinfer.tui.store import ConversationStore
 from localinfer.tui.turn_stats import TurnStats
@@ -18,10 +18,13 @@ from localinfer.errors import LocalInferError
 
 HELP = """commands:
   /new              start a new chat          /system TEXT   set the system prompt
-  /regen            regenerate the last reply /set KEY VALUE temperature, top_p, max_tokens
+  /regen            regenerate the last reply /drop [N]      drop the N oldest turns (1)
   /list             list saved chats          /resume ID     continue a saved chat
-  /delete ID        delete a saved chat       /drop [N]      drop the N oldest turns (1)
-  /stats            show the last turn's stats /quit          leave (also end of input)"""
+  /delete ID        delete a saved chat       /stats         show the last turn's stats
+  /set              the sampling settings, and where each comes from
+  /set KEY VALUE    temperature, top_k, top_p, min_p, repeat_penalty or max_tokens
+                    (VALUE "default": the model's recommended value)
+  /quit             leave (also end of input)"""
 
 
 class PlainChat:
@@ -83,8 +86,8 @@ class PlainChat:
             return
         stats = TurnStats()
         text = ""
-        handle = self.session.submit(self.session.encode(self.conv),
-                                     self.conv.settings.sampling_params(), aio=False)
+        params = self.conv.settings.sampling_params(self.session.sampling_defaults)
+        handle = self.session.submit(self.session.encode(self.conv), params, aio=False)
         try:
             for out in handle:
                 stats.update(out)
@@ -157,17 +160,24 @@ class PlainChat:
 
     def _set(self, arg: str) -> None:
         key, _, value = arg.partition(" ")
+        value = value.strip()
         settings = self.conv.settings
-        if key not in ("temperature", "top_p", "max_tokens"):
-            raise ValueError("usage: /set temperature|top_p|max_tokens VALUE")
+        if not key:  # the effective settings, and where each comes from
+            self.info(describe_settings(settings, self.session.sampling_defaults))
+            return
+        if key not in (*SAMPLING, "max_tokens"):
+            raise ValueError(f"usage: /set [{'|'.join((*SAMPLING, 'max_tokens'))} VALUE]")
         old = getattr(settings, key)
-        setattr(settings, key, int(value) if key == "max_tokens" else float(value))
+        if value == "default" and key in SAMPLING:
+            setattr(settings, key, None)
+        else:
+            setattr(settings, key, int(value) if key in ("max_tokens", "top_k") else float(value))
         try:
             settings.validate()
         except LocalInferError:
             setattr(settings, key, old)
             raise
-        self.info(f"{key} = {getattr(settings, key)}")
+        self.info(describe_settings(settings, self.session.sampling_defaults))
 
     def _stored(self, name: str, arg: str) -> None:
         if self.store is None:

@@ -32,14 +32,17 @@ class LoadOptions:
     ctx: int | None = None
     kv_cache_mb: float | None = None
     warmup: bool = True
+    progress: bool = False  # pull and compile displays on stderr (the plain REPL)
 
 
 class ChatSession:
     def __init__(self, llm: LLM, model_name: str) -> None:
         from localinfer.engine.engine_loop import EngineLoop
+        from localinfer.sampling_defaults import SamplingDefaults
 
         self.llm = llm
         self.model_name = model_name
+        self.sampling_defaults = SamplingDefaults.from_metadata(llm.gguf.metadata)
         self.loop = EngineLoop(llm.engine).start()
 
     @classmethod
@@ -52,10 +55,11 @@ class ChatSession:
         from localinfer.sampling_params import SamplingParams
 
         catalog = Catalog.load()
-        path = catalog.resolve(options.model, progress=False, on_progress=on_progress)
+        path = catalog.resolve(options.model, progress=options.progress,
+                               on_progress=on_progress)
         llm = LLM(path, backend=options.backend, threads=options.threads,
                   max_model_len=options.ctx, kv_cache_mb=options.kv_cache_mb,
-                  backend_options=options.backend_options)
+                  progress=options.progress, backend_options=options.backend_options)
         if options.warmup:  # compile (or load compiled) kernels before the first turn
             llm.generate("Hi", SamplingParams(max_tokens=2, temperature=0.0))
         name = options.model or catalog.default

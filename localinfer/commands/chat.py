@@ -7,6 +7,7 @@ import os
 import sys
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
+from localinfer.commands.sampling_flags import add_sampling_arguments
 from localinfer.errors import InvalidRequestError
 
 
@@ -14,8 +15,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
     p.add_argument("--system", default=os.environ.get("LOCALINFER_SYSTEM") or None,
                    help="system prompt for a new chat (default: $LOCALINFER_SYSTEM)")
-    p.add_argument("--temperature", "-t", type=float, help="sampling temperature (0.7)")
-    p.add_argument("--top-p", type=float, help="nucleus sampling (0.95)")
+    add_sampling_arguments(p)
     p.add_argument("--max-tokens", "-n", type=int, help="longest reply in tokens (512)")
     add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
@@ -52,7 +52,7 @@ def main(name: str, args: argparse.Namespace) -> int:
     options = LoadOptions(model=args.model or conv.model or None, backend=args.backend,
                           backend_options=backend_options(args),
                           threads=args.threads, ctx=args.ctx, kv_cache_mb=args.kv_cache_mb,
-                          warmup=not args.no_warmup)
+                          warmup=not args.no_warmup, progress=plain)
     conv.model = options.model or ""
     saving = None if args.no_save else store
     if plain:
@@ -70,10 +70,9 @@ def _apply(conv: object, args: argparse.Namespace) -> None:
     if args.system is not None:
         conv.system = args.system
     s = conv.settings
-    if args.temperature is not None:
-        s.temperature = args.temperature
-    if args.top_p is not None:
-        s.top_p = args.top_p
+    for name in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty"):
+        if getattr(args, name) is not None:  # a flag sets this chat's value; others stay
+            setattr(s, name, getattr(args, name))
     if args.max_tokens is not None:
         s.max_tokens = args.max_tokens
     s.validate()

@@ -66,6 +66,12 @@ def main(name: str, args: argparse.Namespace) -> int:
         log_level=args.log_level)
     path = Catalog.load().resolve(args.model, progress=True)  # fail fast, pull with a bar
     _setup_logging(args.log_level)
+    # the model loads beside uvicorn's log: a first compile shows as log lines, not a bar
+    import logging
+
+    from localinfer import compile_progress
+
+    compile_progress.report_to(compile_progress.LogReporter(logging.getLogger("localinfer.server")))
     server = build_server(config, model_path=path)
     server.run()
     if server.failed:

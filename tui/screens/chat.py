@@ -187,7 +187,8 @@ class ChatScreen(Screen[None]):
         session = self.app.session
         assert session is not None
         ids = session.encode(conv)
-        self.handle = handle = session.submit(ids, conv.settings.sampling_params(), aio=True)
+        params = conv.settings.sampling_params(session.sampling_defaults)
+        self.handle = handle = session.submit(ids, params, aio=True)
         view = await self.messages.add("assistant", "")
         self.last_turn = stats = TurnStats()
         stats.num_prompt_tokens = len(ids)
