@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ class CatalogEntry:
     architecture: str = ""
     description: str = ""
     license: str = ""
-    defaults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_toml(cls, name: str, data: dict[str, Any]) -> CatalogEntry:
@@ -51,7 +50,6 @@ class CatalogEntry:
                 architecture=data.get("architecture", ""),
                 description=data.get("description", ""),
                 license=data.get("license", ""),
-                defaults=dict(data.get("defaults", {})),
             )
         except (KeyError, TypeError) as exc:
             raise PullError(f"catalog entry {name!r} is incomplete: missing {exc}") from exc
