@@ -16,7 +16,8 @@ class TurnStats:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     num_output_tokens: int = 0
     ttft_s: float | None = None
-    decode_tps: float | None = None
+    decode_tps: float | None = None  # as the tokens reached the UI
+    visible_tps: float | None = None  # as they went on screen (ReplyBuffer.visible_tps)
     finish_reason: str | None = None
 
     def update(self, out: RequestOutput, now: float | None = None) -> None:

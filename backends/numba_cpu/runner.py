@@ -57,7 +57,8 @@ class NumbaModelRunner(ModelRunner):
         from .weights import LlamaWeights
 
         self.threads = threads or physical_cores()
-        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        self._numba_threads = min(self.threads, numba.config.NUMBA_NUM_THREADS)
+        numba.set_num_threads(self._numba_threads)
         config.check_tensors(gguf)
         c = config
         self.isa = resolve_isa(isa)
@@ -113,6 +114,13 @@ class NumbaModelRunner(ModelRunner):
         self._capacity = n_tokens
 
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
+        import numba
+
+        # numba's thread count belongs to the calling thread: the engine thread of the chat
+        # and the server (EngineLoop) is not the one that built the runner, and would run
+        # every kernel on all logical CPUs instead of `threads`
+        if numba.get_num_threads() != self._numba_threads:
+            numba.set_num_threads(self._numba_threads)
         n = batch.num_tokens
         if batch.block_size != self.block_size:
             raise InvalidRequestError(

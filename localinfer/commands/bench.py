@@ -13,8 +13,9 @@ from localinfer.errors import BackendUnavailableError, InvalidRequestError
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     from localinfer.server import loadgen  # light: no HTTP client imported until it runs
 
-    p.add_argument("mode", nargs="?", choices=("serve",),
-                   help="'serve': load-test an OpenAI-compatible server (--url; see [serve])")
+    p.add_argument("mode", nargs="?", choices=("serve", "chat"),
+                   help="'serve': load-test an OpenAI-compatible server (--url; see [serve]); "
+                        "'chat': the chat app's visible decode rate vs the engine's")
     loadgen.add_arguments(p)
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
     add_backend_arguments(p)
@@ -33,6 +34,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
                         "alike: how each engine copes on a busy machine (default 0)")
     p.add_argument("--structured-schema", metavar="FILE",
                    help="the JSON Schema of the structured decode rows (implies --structured)")
+    p.add_argument("--tokens", type=int, default=256,
+                   help="chat: tokens per reply (default 256)")
+    p.add_argument("--reps", type=int, default=3, help="chat: repetitions (default 3)")
     p.add_argument("--structured", action="store_true",
                    help="also measure structured output (localinfer only): mask time per "
                         "step, first mask of a new schema, constrained vs unconstrained decode")
@@ -43,6 +47,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         from localinfer.server import loadgen
 
         return loadgen.main(args)
+    if getattr(args, "mode", None) == "chat":
+        return _chat(args)
     from localinfer.bench import orchestrate, report
     from localinfer.bench.plan import BenchPlan
     from localinfer.catalog import Catalog
@@ -84,6 +90,23 @@ def main(name: str, args: argparse.Namespace) -> int:
           + (f", llama-cpp-python {lcp}" if peer else "") + (", quick" if args.quick else "")
           + (f", {plan.load} competing busy processes" if plan.load else ""))
     print(report.table(doc, plan))
+    return 0
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from localinfer.bench import chat, report
+
+    for flag, value in (("--tokens", args.tokens), ("--reps", args.reps)):
+        if value < 1:
+            raise InvalidRequestError(f"invalid {flag}: must be >= 1, got {value}")
+    if args.threads is not None and args.threads < 1:
+        raise InvalidRequestError(f"invalid --threads: must be >= 1, got {args.threads}")
+    reps, tokens = (1, min(args.tokens, 64)) if args.quick else (args.reps, args.tokens)
+    result = chat.run(args.model, tokens, reps, args.threads, args.backend,
+                      backend_options(args))
+    if args.json is not None:
+        report.write_json(args.json, result.to_dict())
+    print(result.table())
     return 0
 
 

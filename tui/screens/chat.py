@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING
 
 from localinfer.tui.conversation import Conversation, Message
 from localinfer.tui.keys import CHAT_BINDINGS
+from localinfer.tui.reply_buffer import ReplyBuffer
 from localinfer.tui.screens.confirm import ConfirmScreen
 from localinfer.tui.session import NEAR_FULL
 from localinfer.tui.turn_stats import TurnStats
 from localinfer.tui.widgets.chat_input import ChatInput
-from localinfer.tui.widgets.message_list import MessageList
+from localinfer.tui.widgets.message_list import MessageList, MessageView
 from localinfer.tui.widgets.status_bar import StatusBar
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
@@ -36,6 +37,7 @@ class ChatScreen(Screen[None]):
         self.handle: RequestHandle | None = None
         self.worker: Worker[None] | None = None
         self.last_turn: TurnStats | None = None
+        self.reply: ReplyBuffer | None = None  # the reply being (or last) streamed
         self.generations = 0  # finished generate() runs (tests wait on it)
         self.context_used = 0  # tokens of the conversation so far
 
@@ -192,18 +194,43 @@ class ChatScreen(Screen[None]):
         view = await self.messages.add("assistant", "")
         self.last_turn = stats = TurnStats()
         stats.num_prompt_tokens = len(ids)
+        self.reply = reply = ReplyBuffer()
         self.refresh_status(state="generating…")
         try:
+            # every output is taken in as it comes (the engine thread never waits on the
+            # UI); the screen shows them a frame at a time
             async for out in handle:
-                stats.update(out)
-                if out.text:
-                    await view.append(out.text)
-                self.refresh_status(state="generating…")
+                if reply.add(out):
+                    stats.update(out)
+                if reply.due():
+                    await self.show_frame(view, reply)
+        except LocalInferError:  # the engine failed: keep what came, then say so
+            if not reply.token_ids:
+                await view.remove()
+                raise
+            await self.show_frame(view, reply)
+            stats.finish_reason = "error"
+            await self.end_reply(conv, view, stats, reply)
+            raise
         except BaseException:
             if not handle.finished:
                 handle.abort()
             await view.remove()
             raise
+        await self.show_frame(view, reply)
+        if reply.frozen:  # stopped: whatever the engine said last, the reply ends here
+            stats.finish_reason = "abort"
+        await self.end_reply(conv, view, stats, reply)
+
+    async def show_frame(self, view: MessageView, reply: ReplyBuffer) -> None:
+        if reply.pending:
+            await view.append(reply.take())
+            reply.shown()
+            self.refresh_status(state="stopping…" if reply.frozen else "generating…")
+
+    async def end_reply(self, conv: Conversation, view: MessageView, stats: TurnStats,
+                        reply: ReplyBuffer) -> None:
+        stats.visible_tps = reply.visible_tps
         meta = {"finish_reason": stats.finish_reason, "stats": stats.to_dict()}
         await view.finish(meta)
         conv.messages.append(Message("assistant", view.content, meta))
@@ -220,6 +247,8 @@ class ChatScreen(Screen[None]):
 
     def action_stop(self) -> None:
         if self.handle is not None:
+            if self.reply is not None:
+                self.reply.freeze()  # the reply keeps what was taken in, nothing later
             self.handle.abort()
             self.refresh_status(state="stopping…")
 

@@ -7,7 +7,6 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
 
 TITLES = {"user": "You", "assistant": "Assistant", "error": "Error", "info": "Note"}
 
@@ -20,7 +19,6 @@ class MessageView(Vertical):
         self.role = role
         self.content = content
         self.meta = meta or {}
-        self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(TITLES.get(self.role, self.role), classes="title")
@@ -36,6 +34,8 @@ class MessageView(Vertical):
             return "stopped"
         if reason == "length":
             return "cut at the token limit"
+        if reason == "error":
+            return "cut short by an error"
         return ""
 
     @property
@@ -43,17 +43,16 @@ class MessageView(Vertical):
         return self.query_one(Markdown)
 
     async def append(self, fragment: str) -> None:
-        """Stream a fragment of the reply in (Markdown renders incrementally)."""
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.markdown)
+        """Add a frame's text to the reply. Markdown.append re-parses only from the last
+        block on, so a frame costs the size of that block, not of the whole reply; awaiting
+        it means the widget holds the text when this returns (the caller batches frames, so
+        no MarkdownStream queue is needed in between)."""
         self.content += fragment
-        await self._stream.write(fragment)
+        await self.markdown.append(fragment)
 
     async def finish(self, meta: dict[str, Any]) -> None:
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        await self.markdown.update(self.content)  # the final text, whatever the stream did
+        if self.markdown.source != self.content:  # never, unless a frame went missing
+            await self.markdown.update(self.content)
         self.meta = meta
         self.query_one(".note", Label).update(self._note())
 
