@@ -6,7 +6,7 @@ in-process on an aarch64 host, else in one emulated subprocess:
 
 prints one JSON line per check ({"name", "ok", "error", "value", "seconds"}; value: what a
 check hands back for the caller to compare, else null).  The same mirror of the
-avx2 tests (tests/test_numba_simd.py, tests/test_numba_quant_types.py): every weight type
+x86 tests (tests/test_numba_simd.py, tests/test_numba_quant_types.py): every weight type
 against gguf.quants.dequantize and bit for bit against the generic path, the SDOT and f16
 instructions in the code, quantization / SwiGLU / attention against the generic kernels and
 exact attention, and a greedy decode of a tiny model (compared with the generic path's by the
@@ -52,6 +52,7 @@ F16_AT = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0
 FLOATS = ("F32", "F16", "BF16")
 TYPES = (*FLOATS, *F16_AT)
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+BATCHES = (1, 3, 4, 5, 17)  # the 1- and 4-row passes, their mixes, a batch split over threads
 
 
 def blocks(name: str, rows: int, cols: int, seed: int) -> np.ndarray:
@@ -80,7 +81,8 @@ def blocks(name: str, rows: int, cols: int, seed: int) -> np.ndarray:
 def check_weight_type(name: str) -> None:
     """Tiles == the unpacked matrix; generic matmul ~ x @ gguf's dequantization; the NEON
     projection (q8_0 activations, and q8_K ones for K-quants) and embedding == generic's bit
-    for bit, one row alone == the same row in a batch of four."""
+    for bit, one row alone == the same row in a batch of four, and batches of BATCHES rows
+    == generic's (as tests/test_numba_simd_paths.py checks the x86 paths)."""
     import gguf.quants as gq
     from gguf import GGMLQuantizationType as QT
     from localinfer.backends.numba_cpu.isa import Isa
@@ -116,6 +118,13 @@ def check_weight_type(name: str) -> None:
             alone = np.zeros((1, rows), np.float32)
             project(isa, tiles, x[i : i + 1].copy(), qbuf, alone)
             np.testing.assert_array_equal(alone[0], fast[i])
+        xb = np.random.default_rng(5).standard_normal((max(BATCHES), cols)).astype(np.float32)
+        for b in BATCHES:
+            qb = make_buffers(b, cols, 1, 1, cols, cols, 2)[-1]
+            want, got = np.zeros((b, rows), np.float32), np.zeros((b, rows), np.float32)
+            project(gen, generic_ws, xb[:b].copy(), qb, want)
+            project(isa, tiles, xb[:b].copy(), qb, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"{b} rows")
     if name == "Q4_0":  # the generic path on this machine, against its own linear()
         direct = np.zeros((n, rows), np.float32)
         linear(generic_ws, 0, x, qbuf, direct)
@@ -153,31 +162,30 @@ def check_isa_auto() -> None:
 
 
 def check_instructions() -> None:
-    """The 8-lane primitives compiled for neon give SDOT (both byte dot products), fcvtl /
+    """The vector primitives compiled for neon (8 lanes) give SDOT (both byte dot products), fcvtl /
     fcvtn (f16 to and from f32) and prfm (prefetch): a small fresh function, as cached code
     has no assembly."""
     from localinfer.backends.numba_cpu.isa import Isa
-    from localinfer.backends.numba_cpu.simd.avx2 import (
-        vadd,
+    from localinfer.backends.numba_cpu.simd.dot import vdot_q8, vdpbusd
+    from localinfer.backends.numba_cpu.simd.prefetch import prefetch
+    from localinfer.backends.numba_cpu.simd.vectors import (
         vbcast4,
-        vdot_q8,
-        vdpbusd,
-        vhsum_i32,
         vload_bytes,
         vload_f16,
         vsplat_f32,
         vstore_f16,
     )
-    from localinfer.backends.numba_cpu.simd.prefetch import prefetch
+    from localinfer.backends.numba_cpu.simd.vmath import vadd, vhsum_i32
     from numba import njit
 
     @njit
     def probe(isa, w, x, h):
         prefetch(w, 64)
-        acc = vdpbusd(isa, vdot_q8(isa, vbcast4(x, 0), vload_bytes(w, 0), vbcast4(x, 4)),
-                      vload_bytes(w, 32), vbcast4(x, 8))
-        half = vload_f16(h, 0)
-        vstore_f16(h, 8, vadd(half, vsplat_f32(np.float32(1e-3))))
+        acc = vdpbusd(isa, vdot_q8(isa, vbcast4(isa, x, 0), vload_bytes(isa, w, 0),
+                                   vbcast4(isa, x, 4)),
+                      vload_bytes(isa, w, 32), vbcast4(isa, x, 8))
+        half = vload_f16(isa, h, 0)
+        vstore_f16(h, 8, vadd(half, vsplat_f32(isa, np.float32(1e-3))))
         return vhsum_i32(acc)
 
     w = np.arange(64, dtype=np.uint8)
@@ -198,31 +206,34 @@ def check_instructions() -> None:
 
 
 def check_quantize_and_swiglu() -> None:
+    import simd_reference
+    from localinfer.backends.numba_cpu.isa import Isa
     from localinfer.backends.numba_cpu.kernels.elementwise import swiglu
-    from localinfer.backends.numba_cpu.kernels.elementwise_avx2 import (
-        quantize_rows_avx2,
-        swiglu_avx2,
+    from localinfer.backends.numba_cpu.kernels.elementwise_simd import (
+        quantize_rows_simd,
+        swiglu_simd,
     )
     from localinfer.backends.numba_cpu.kernels.quantize import quantize_rows
+
+    isa = Isa(ISA)
+
+    def quantize_rows_neon(*args):
+        quantize_rows_simd(isa, *args)
 
     rng = np.random.default_rng(3)
     n, cols = 11, 96
     x = (rng.standard_normal((n, cols)) * rng.uniform(0, 50, (n, 1))).astype(np.float32)
     x[2, :32] = 0.0  # an all-zero block
-    outs = []
-    for fn in (quantize_rows, quantize_rows_avx2):
-        bufs = (np.zeros((n, cols), np.int8), np.zeros((n, 3), np.float32),
-                np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32))
-        fn(x, *bufs)
-        outs.append(bufs)
+    outs = [simd_reference.quantized(fn, x) for fn in (quantize_rows, quantize_rows_neon)]
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)
     gu = (rng.standard_normal((n, 64)) * 8).astype(np.float32)
     gu[0, :8] = [-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4, -1e-30]
     ref, got = np.zeros((n, 32), np.float32), np.zeros((n, 32), np.float32)
     swiglu(gu, 32, ref)
-    swiglu_avx2(gu, 32, got)
+    swiglu_simd(isa, gu, 32, got)
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-30)
+    np.testing.assert_array_equal(got, simd_reference.swiglu(gu, 32))  # the x86 paths' bits
 
 
 def _exact_attention(qkv, pos, n_heads, n_kv, hd, table, bs, kg, vg, scale):
@@ -245,11 +256,11 @@ def _exact_attention(qkv, pos, n_heads, n_kv, hd, table, bs, kg, vg, scale):
 def check_attention(start: int, n_tok: int, threads: int) -> None:
     """The NEON KV write == the generic one (transposed); attention as close to exact as the
     generic kernel; a token alone == the same token in the batch, for any thread count."""
+    from localinfer.backends.numba_cpu.isa import Isa
     from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
-    from localinfer.backends.numba_cpu.kernels.attention_avx2 import (
-        attention_avx2,
-        write_kv_avx2,
-    )
+    from localinfer.backends.numba_cpu.kernels.attention_simd import attention_simd, write_kv_simd
+
+    isa = Isa(ISA)
 
     n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 40
     rng = np.random.default_rng(start)
@@ -264,7 +275,7 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
     kt = np.zeros((n_blocks, n_kv, hd, bs), np.uint16)
     vt = np.zeros((n_blocks, n_kv, bs, hd), np.uint16)
     write_kv(qkv, n_heads * hd, (n_heads + n_kv) * hd, n_kv, hd, slots, bs, kg, vg)
-    write_kv_avx2(qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
+    write_kv_simd(isa, qkv, n_heads, n_kv, hd, slots, bs, kt, vt)
     np.testing.assert_array_equal(kt, kg.transpose(0, 2, 3, 1))
     np.testing.assert_array_equal(vt, vg.transpose(0, 2, 1, 3))
     new = slice(start, start + n_tok)
@@ -276,8 +287,8 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
     for t in range(1, threads + 1):
         got = np.zeros_like(ref)
         scratch = np.zeros((t, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
-        attention_avx2(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt,
-                       scale, scratch, got)
+        attention_simd(isa, qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt,
+                       vt, scale, scratch, got)
         assert np.abs(got - exact).max() <= 2 * np.abs(ref - exact).max()
         outs.append(got)
     for got in outs[1:]:
@@ -286,8 +297,8 @@ def check_attention(start: int, n_tok: int, threads: int) -> None:
         one = np.zeros((1, n_heads * hd), np.float32)
         row = slice(start + i, start + i + 1)
         scratch = np.zeros((1, n_heads // n_kv, 2 * hd + n_blocks * bs), np.float32)
-        attention_avx2(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
-                       scale, scratch, one)
+        attention_simd(isa, qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt,
+                       vt, scale, scratch, one)
         np.testing.assert_array_equal(one[0], outs[0][i])
 
 

@@ -1,4 +1,4 @@
-"""The explicit-SIMD kernels (AVX-512 VNNI; AVX2 with and without VNNI) against gguf-py's
+"""The explicit-SIMD kernels (one source each; AVX-512 VNNI, AVX2 with and without VNNI) against gguf-py's
 references, the generic kernels and exact attention, and the ISA selection.  Each vector path
 runs where the host has its features (this project's CI host has them all)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import simd_reference
 
 pytest.importorskip("numba")
 gq = pytest.importorskip("gguf.quants")
@@ -115,20 +116,16 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
 
 @pytest.mark.parametrize("path", VECTOR)
 def test_matmul_uses_the_dot_product_instructions(path):
-    from localinfer.backends.numba_cpu.kernels.matmul_avx2 import matmul_tiles_avx2
-    from localinfer.backends.numba_cpu.kernels.matmul_avx512 import matmul_tiles
+    from localinfer.backends.numba_cpu.kernels.matmul_tiles import matmul_tiles
     from numba import njit
 
     w = np.zeros((2, 1, 256), np.uint8)
     d = np.zeros((2, 1, 16), np.uint16)
     xq = np.zeros((5, 32), np.int8)
     xf = np.zeros((5, 1), np.float32)
-    args = (True, 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
+    args = (Isa(*path), True, 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
             np.zeros((5, 32), np.float32))
-    kernel = matmul_tiles if path[0] == "avx512" else matmul_tiles_avx2
-    fresh = njit(parallel=True)(kernel.py_func)  # cached code has no asm to inspect
-    if path[0] == "avx2":
-        args = (Isa(*path), *args)
+    fresh = njit(parallel=True)(matmul_tiles.py_func)  # cached code has no asm to inspect
     fresh(*args)
     asm = fresh.inspect_asm(fresh.signatures[0])
     assert "vcvtph2ps" in asm
@@ -139,27 +136,31 @@ def test_matmul_uses_the_dot_product_instructions(path):
         assert "vpdpbusd" in asm
     if path[0] == "avx2":
         assert "ymm" in asm
+    else:
+        assert "zmm" in asm
 
 
 @pytest.mark.parametrize("path", ATTENTION)
 def test_quantize_and_swiglu_match_generic(path):
-    from localinfer.backends.numba_cpu.kernels import elementwise_avx2, elementwise_avx512
     from localinfer.backends.numba_cpu.kernels.elementwise import swiglu
+    from localinfer.backends.numba_cpu.kernels.elementwise_simd import (
+        quantize_rows_simd,
+        swiglu_simd,
+    )
     from localinfer.backends.numba_cpu.kernels.quantize import quantize_rows
 
-    mod = elementwise_avx512 if path[0] == "avx512" else elementwise_avx2
-    quantize_fast = getattr(mod, f"quantize_rows_{path[0]}")
-    swiglu_fast = getattr(mod, f"swiglu_{path[0]}")
+    isa = Isa(*path)
+
+    def quantize_fast(*args):
+        quantize_rows_simd(isa, *args)
+
+    def swiglu_fast(*args):
+        swiglu_simd(isa, *args)
     rng = np.random.default_rng(3)
     n, cols = 11, 96
     x = (rng.standard_normal((n, cols)) * rng.uniform(0, 50, (n, 1))).astype(np.float32)
     x[2, :32] = 0.0  # an all-zero block
-    outs = []
-    for fn in (quantize_rows, quantize_fast):
-        bufs = (np.zeros((n, cols), np.int8), np.zeros((n, 3), np.float32),
-                np.zeros((n, 3), np.int32), np.zeros((n, 3), np.float32))
-        fn(x, *bufs)
-        outs.append(bufs)
+    outs = [simd_reference.quantized(fn, x) for fn in (quantize_rows, quantize_fast)]
     for a, b in zip(*outs, strict=True):
         np.testing.assert_array_equal(a, b)
     xq, xd = outs[1][0], outs[1][1]  # codes * scale reproduce x to int8 precision
@@ -171,6 +172,20 @@ def test_quantize_and_swiglu_match_generic(path):
     swiglu(gu, 32, ref)
     swiglu_fast(gu, 32, got)
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-30)
+
+
+def _attention_kernels(path):
+    """write_kv and attention of the vector kernels, bound to the path's IsaType."""
+    from localinfer.backends.numba_cpu.kernels.attention_simd import attention_simd, write_kv_simd
+
+    isa = Isa(*path)
+
+    def write_fast(*args):
+        write_kv_simd(isa, *args)
+
+    def attend_fast(*args):
+        attention_simd(isa, *args)
+    return write_fast, attend_fast
 
 
 def _exact_attention(qkv, pos, n_heads, n_kv, hd, table, bs, kg, vg, scale, window=0):
@@ -198,12 +213,9 @@ def test_attention_matches_generic(path, start, n_tok, extra):
     """As close to exact attention as the generic kernel is, for contexts within one key chunk
     and for longer ones (split into chunks, over threads when the step has few items).  Either way a token's result is the same alone or in
     a batch.  extra < 0: a scratch too narrow for the split mode."""
-    from localinfer.backends.numba_cpu.kernels import attention_avx2, attention_avx512
     from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
 
-    mod = attention_avx512 if path[0] == "avx512" else attention_avx2
-    write_fast = getattr(mod, f"write_kv_{path[0]}")
-    attend_fast = getattr(mod, f"attention_{path[0]}")
+    write_fast, attend_fast = _attention_kernels(path)
     n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 72
     rng = np.random.default_rng(start)
     table = rng.permutation(n_blocks)[None, :].astype(np.int64)
@@ -243,12 +255,9 @@ def test_attention_split_over_threads_is_exact_for_any_thread_count(path):
     """One long-context token (the single-stream decode case): its key chunks go to threads
     (flash-decoding) and merge in order, so 1, 2 or 3 threads' scratch give identical bits,
     all as close to exact attention as the generic kernel."""
-    from localinfer.backends.numba_cpu.kernels import attention_avx2, attention_avx512
     from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
 
-    mod = attention_avx512 if path[0] == "avx512" else attention_avx2
-    write_fast = getattr(mod, f"write_kv_{path[0]}")
-    attend_fast = getattr(mod, f"attention_{path[0]}")
+    write_fast, attend_fast = _attention_kernels(path)
     n_heads, n_kv, hd, bs, n_blocks = 9, 3, 64, 16, 80
     p = 1200
     rng = np.random.default_rng(7)

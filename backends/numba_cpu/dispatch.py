@@ -2,10 +2,11 @@
 the IsaType the step receives (isa.py), so llama.py wires one forward pass for every path.
 
 Weight stacks differ per path (weights.py): the generic path reads WeightStack 7-tuples
-(quants/packed.py layouts), the avx512 and avx2 paths TileStack 6-tuples (quants/tiles.py
-layout; avx2 and neon read each 16-row tile as two 8-row halves) and the same transposed KV
-layout.  neon runs the avx2 kernels: their 8-lane vectors are target-independent LLVM IR but
-for the byte dot products, which the IsaType turns into SDOT (simd/neon.py).
+(quants/packed.py layouts), the vector paths TileStack 6-tuples (quants/tiles.py layout, which
+the 8-lane paths read as two 8-row halves per tile) and the same transposed KV layout.  The
+vector kernels exist once each (kernels/*_simd.py, matmul_tiles.py) and take the IsaType
+first: its lane count sets their width and, for the byte dot products, its name and vnni flag
+the instruction (simd/dot.py: vpdpbusd zmm / ymm, the vpmaddubsw pair, or SDOT on neon).
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ from numba.extending import overload
 
 from .isa import IsaType
 from .kernels.attention import attention, write_kv
-from .kernels.attention_avx2 import attention_avx2, write_kv_avx2
-from .kernels.attention_avx512 import attention_avx512, write_kv_avx512
+from .kernels.attention_simd import attention_simd, write_kv_simd
 from .kernels.elementwise import swiglu
-from .kernels.elementwise_avx2 import quantize_rows_avx2, swiglu_avx2
-from .kernels.elementwise_avx512 import quantize_rows_avx512, swiglu_avx512
+from .kernels.elementwise_simd import quantize_rows_simd, swiglu_simd
 from .kernels.matmul import matmul_f32
-from .kernels.matmul_avx2 import matmul_tiles_avx2
-from .kernels.matmul_avx512 import embed_tiles, matmul_tiles
+from .kernels.matmul_tiles import embed_tiles, matmul_tiles
 from .linear import embed_rows, linear
 from .quants.packed import KIND_F32, KIND_Q4
 
@@ -53,16 +51,10 @@ def _silu_mul(isa, gate_up, n_ff, out):
         def generic(isa, gate_up, n_ff, out):
             swiglu(gate_up, n_ff, out)
         return generic
-    # -- avx2 and neon (8 lanes)
-    if isa.isa in ("avx2", "neon"):
-        def avx2(isa, gate_up, n_ff, out):
-            swiglu_avx2(gate_up, n_ff, out)
-        return avx2
-    # --
 
-    def fast(isa, gate_up, n_ff, out):
-        swiglu_avx512(gate_up, n_ff, out)
-    return fast
+    def vector(isa, gate_up, n_ff, out):
+        swiglu_simd(isa, gate_up, n_ff, out)
+    return vector
 
 
 @overload(project, jit_options={"nogil": True})
@@ -73,8 +65,6 @@ def _project(isa, ws, layer, x, qbuf, out):
         def generic(isa, ws, layer, x, qbuf, out):
             linear(ws, layer, x, qbuf, out)
         return generic
-    # the same tiles, read as 8-row halves (matmul_avx2.py; SDOT on neon)
-    avx2 = isa.isa in ("avx2", "neon")
 
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
@@ -87,14 +77,9 @@ def _project(isa, ws, layer, x, qbuf, out):
         xd = qbuf[1][:n_tokens, :nb]
         xi = qbuf[2][:n_tokens, :nb]
         xs = qbuf[3][:n_tokens, :nb]
-        if avx2:
-            quantize_rows_avx2(x, xq[:, :cols], xd, xi, xs)
-            matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
-                              xq, xd, xi, xs, out)
-            return
-        quantize_rows_avx512(x, xq[:, :cols], xd, xi, xs)
-        matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
-                     out)
+        quantize_rows_simd(isa, x, xq[:, :cols], xd, xi, xs)
+        matmul_tiles(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd,
+                     xi, xs, out)
     return tiled
 
 
@@ -131,20 +116,11 @@ def _attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_table
             attention(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
                       block_size, k_pool, v_pool, scale, out, window)
         return generic
-    # -- avx2 and neon (8 lanes, same pool layout as avx512)
-    if isa.isa in ("avx2", "neon"):
-        def avx2(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                 block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
-            write_kv_avx2(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool,
-                          v_pool)
-            attention_avx2(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                           block_size, k_pool, v_pool, scale, scratch, out, window)
-        return avx2
-    # --
 
-    def fast(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-             block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
-        write_kv_avx512(qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool, v_pool)
-        attention_avx512(qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
-                         block_size, k_pool, v_pool, scale, scratch, out, window)
-    return fast
+    def vector(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+               block_size, slot_mapping, k_pool, v_pool, scale, scratch, out, window):
+        write_kv_simd(isa, qkv, n_heads, n_kv, head_dim, slot_mapping, block_size, k_pool,
+                      v_pool)
+        attention_simd(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables,
+                       block_size, k_pool, v_pool, scale, scratch, out, window)
+    return vector

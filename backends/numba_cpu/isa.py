@@ -5,13 +5,14 @@ features (llvmlite reports them), overridable with LOCALINFER_ISA or the runner'
     avx2     AVX2 + FMA + F16C: the same tiles as two 8-row halves in 256-bit vectors; integer
              dot products by vpdpbusd ymm where the host has AVX-VNNI (or AVX-512 VNNI + VL),
              else by the vpmaddubsw/vpmaddwd pair
-    neon     AArch64 NEON + dot product (ARMv8.2-A dotprod): the avx2 kernels' 8-row halves in
+    neon     AArch64 NEON + dot product (ARMv8.2-A dotprod): the 8-lane kernels' 8-row halves in
              pairs of 128-bit registers, integer dot products by SDOT (simd/neon.py)
     generic  plain Numba loops every machine can run (the reference the fast paths match)
 
 The choice reaches the jitted step as an argument of a Numba type of its own (IsaType), whose
-name selects the kernels at compile time (dispatch.py); each ISA compiles and caches its own
-specialization of the one llama step.
+name selects the kernels at compile time (dispatch.py) and whose lane count sets their vector
+width (simd/vectors.py); each ISA compiles and caches its own specialization of the one llama
+step and of every kernel.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "neon": ("neon", "dotprod"),
     "generic": (),
 }
+# float32 lanes per vector on each path: the width the single-source kernels (simd/vectors.py)
+# take from the IsaType at compile time; neon's 8 lanes are pairs of 128-bit registers, and
+# generic has no vectors
+LANES = {"avx512": 16, "avx2": 8, "neon": 8, "generic": 0}
 
 # Linux AArch64 AT_HWCAP bits (asm/hwcap.h) -> LLVM feature names
 AT_HWCAP = 16
@@ -124,6 +129,7 @@ class IsaType(types.Type):
     def __init__(self, isa: str, vnni: bool = False) -> None:
         self.isa = isa
         self.vnni = vnni
+        self.lanes = LANES[isa]
         suffix = "+vnni" if vnni and isa == "avx2" else ""
         super().__init__(name=f"Isa({isa}{suffix})")
 

@@ -66,7 +66,7 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
     """One forward step.  tokens, positions, token_seq (sequence index), slot_mapping:
     (n_tokens,); block_tables (n_seqs, max_blocks); logits_rows (n_logits,) -> logits
     (n_logits, n_vocab).  k_pool, v_pool: (n_layers, ...) f16 bits in the isa's attention
-    layout (kernels/attention.py, kernels/attention_avx512.py).  bqkv (n_layers, qkv cols):
+    layout (kernels/attention.py, kernels/attention_simd.py).  bqkv (n_layers, qkv cols):
     biases added after the QKV projection (zeros for llama); dims[-1] = 1 for NEOX rope."""
     n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size, neox = dims
     n = tokens.shape[0]

@@ -12,8 +12,7 @@ from numba.extending import overload
 from .dispatch import project
 from .isa import IsaType
 from .kernels.matmul import matmul_f32, matmul_q4, matmul_q8
-from .kernels.matmul_avx2 import matmul_tiles_avx2
-from .kernels.matmul_avx512 import matmul_tiles
+from .kernels.matmul_tiles import matmul_tiles
 from .kernels.quantize_q8k import quantize_rows_q8k
 from .quants.packed import KIND_F32, KIND_Q4
 
@@ -46,9 +45,6 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
                 matmul_q8(q[layer], d[layer], m[layer], xq, xd, xs, out)
         return generic
 
-    # the same tiles, read as 8-row halves (matmul_avx2.py; SDOT on neon)
-    avx2 = isa.isa in ("avx2", "neon")
-
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
         if kind == KIND_F32:
@@ -61,12 +57,8 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
         xi = qbuf[2][:n_tokens, :nb]
         xs = qbuf[3][:n_tokens, :nb]
         quantize_rows_q8k(x, xq[:, :cols], xd, xi, xs)
-        if avx2:
-            matmul_tiles_avx2(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer],
-                              xq, xd, xi, xs, out)
-            return
-        matmul_tiles(kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs,
-                     out)
+        matmul_tiles(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd,
+                     xi, xs, out)
     return tiled
 
 

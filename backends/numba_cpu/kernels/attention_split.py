@@ -1,5 +1,5 @@
 """How the vector attention kernels split one query's keys into chunks, and how they merge
-the chunks (flash-decoding): shared by attention_avx512.py and attention_avx2.py.
+the chunks (flash-decoding): shared by the vector kernels of attention_simd.py.
 
 Keys are cut at fixed absolute positions, chunk k = positions k*chunk .. (k+1)*chunk - 1.  A
 chunk's result is (o, m, l) per query head: o its output with probabilities normalized within

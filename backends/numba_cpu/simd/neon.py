@@ -1,6 +1,6 @@
 """The byte dot products on AArch64 (NEON with the dot-product extension), as LLVM IR for the
-8-lane intrinsics of simd/avx2.py: those vectors are plain LLVM vector IR except for the dot
-products, so the AVX2 kernels compile unchanged for AArch64 (LLVM lowers <8 x float> to two
+8-lane dot products of simd/dot.py: the vectors are plain LLVM vector IR except for the dot
+products, so the 8-lane kernels compile unchanged for AArch64 (LLVM lowers <8 x float> to two
 128-bit q registers, f16 conversion to fcvtl/fcvtn, maxnum to fmaxnm, ...) once vdpbusd /
 vdot_q8 / q8_offset emit SDOT for an IsaType named neon.
 

@@ -1,0 +1,278 @@
+"""out = x @ W.T over 16-row weight tiles (quants/tiles.py), one source for every vector path.
+
+A vector of the IsaType's width holds one value per output row: on avx512 (16 lanes) a tile is
+one vector; on avx2 and neon (8 lanes) it is two parts of 8 rows (bytes 0..31 and 32..63 of
+every 64-byte group hold rows 0..7 and 8..15; scales d[t, b, 0:8] and d[t, b, 8:16]), so one
+layout serves every path.  Per part and block of 32 columns, byte dot products (simd/dot.py)
+sum weight codes times int8 activation codes into int32 lanes; then, per lane, exactly the
+scalar formula of kernels/matmul.py:
+    acc += d_w * (d_x * float(isum - zero * xsum)) + m_w * s_x
+with the same operation order and no fast-math, so every output equals the generic path's bit
+for bit, and a row's result does not depend on how many rows share the call.
+
+Batched steps take activation rows four at a time: each weight group is loaded and unpacked
+once and used by four rows (_isum4, whose chains per row depend on the width).  One prange
+over tile parts; a tile's weights (a few KB) stay in L1 while every group of rows passes over
+them, and the first pass prefetches the next tile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+from numba.extending import overload
+
+from ..quants.tiles import TILE_ROWS
+from ..simd.dot import q8_offset, vdot_q8, vdpbusd, vnib_hi, vnib_lo
+from ..simd.prefetch import prefetch
+from ..simd.vectors import (
+    lanes,
+    vbcast4,
+    vlane,
+    vload_bytes,
+    vload_f16,
+    vsplat_f32,
+    vsplat_i32,
+    vstore_f32,
+    vzero_f32,
+    vzero_i32,
+    width,
+)
+from ..simd.vmath import vadd, vadd_i32, vcvt_f32, vmul, vsub_i32
+from .f16 import f16_value
+
+
+@njit(nogil=True)
+def _accumulate(isa, acc, isum, dw, mw, has_m, zero, xd, xi, xs):
+    """acc + dw * (xd * float(isum - zero * xi)) + mw * xs, lane by lane."""
+    f = vcvt_f32(vsub_i32(isum, vsplat_i32(isa, zero * xi)))
+    t = vmul(dw, vmul(vsplat_f32(isa, xd), f))
+    if has_m:
+        t = vadd(t, vmul(mw, vsplat_f32(isa, xs)))
+    return vadd(acc, t)
+
+
+@njit(nogil=True)
+def _group(isa, q4, w, wo, k):
+    """Weight codes of group k (elements 4k..4k+3 of the part's rows; k < 8) of one block."""
+    if q4:
+        g = vload_bytes(isa, w, wo + 64 * (k % 4))
+        return vnib_lo(g) if k < 4 else vnib_hi(g)
+    return vload_bytes(isa, w, wo + 64 * k)
+
+
+@njit(nogil=True)
+def _dot(isa, q4, acc, g, x):
+    return vdpbusd(isa, acc, g, x) if q4 else vdot_q8(isa, acc, g, x)
+
+
+@njit(nogil=True)
+def _isum1(isa, q4, w, wo, xq, xo):
+    """One block, one activation row: int32 sums of weight codes x activation codes, in two
+    chains for latency."""
+    lo = vzero_i32(isa)
+    hi = vzero_i32(isa)
+    for k in range(4):
+        lo = _dot(isa, q4, lo, _group(isa, q4, w, wo, k), vbcast4(isa, xq, xo + 4 * k))
+        hi = _dot(isa, q4, hi, _group(isa, q4, w, wo, k + 4), vbcast4(isa, xq, xo + 16 + 4 * k))
+    return vadd_i32(lo, hi)
+
+
+def _isum4(isa, q4, w, wo, xq, xo, rs):
+    """One block, four activation rows (rs elements apart): four vectors of int32 sums."""
+
+
+def _isum4_two_chains(isa, q4, w, wo, xq, xo, rs):
+    """Each row sums in two chains, even and odd groups, that meet at the end: eight
+    independent vpdpbusd chains hide the instruction's latency where four left the 16-lane
+    kernel latency-bound (about 1.4x faster there; integer sums, so the result is the same in
+    any order).  Splitting by nibble instead (one load feeding both chains) measured slower."""
+    a0 = vzero_i32(isa)
+    a1 = vzero_i32(isa)
+    a2 = vzero_i32(isa)
+    a3 = vzero_i32(isa)
+    b0 = vzero_i32(isa)
+    b1 = vzero_i32(isa)
+    b2 = vzero_i32(isa)
+    b3 = vzero_i32(isa)
+    for kk in range(4):
+        k = 2 * kk
+        o = xo + 4 * k
+        g = _group(isa, q4, w, wo, k)
+        a0 = _dot(isa, q4, a0, g, vbcast4(isa, xq, o))
+        a1 = _dot(isa, q4, a1, g, vbcast4(isa, xq, o + rs))
+        a2 = _dot(isa, q4, a2, g, vbcast4(isa, xq, o + 2 * rs))
+        a3 = _dot(isa, q4, a3, g, vbcast4(isa, xq, o + 3 * rs))
+        g = _group(isa, q4, w, wo, k + 1)
+        o += 4
+        b0 = _dot(isa, q4, b0, g, vbcast4(isa, xq, o))
+        b1 = _dot(isa, q4, b1, g, vbcast4(isa, xq, o + rs))
+        b2 = _dot(isa, q4, b2, g, vbcast4(isa, xq, o + 2 * rs))
+        b3 = _dot(isa, q4, b3, g, vbcast4(isa, xq, o + 3 * rs))
+    return vadd_i32(a0, b0), vadd_i32(a1, b1), vadd_i32(a2, b2), vadd_i32(a3, b3)
+
+
+def _isum4_one_chain(isa, q4, w, wo, xq, xo, rs):
+    """One chain per row: 4 int + 4 float accumulators fit the 16 ymm registers (a second
+    chain per row, which helps the 16-lane kernel, measured no faster at 8 lanes)."""
+    s0 = vzero_i32(isa)
+    s1 = vzero_i32(isa)
+    s2 = vzero_i32(isa)
+    s3 = vzero_i32(isa)
+    for k in range(8):
+        g = _group(isa, q4, w, wo, k)
+        o = xo + 4 * k
+        s0 = _dot(isa, q4, s0, g, vbcast4(isa, xq, o))
+        s1 = _dot(isa, q4, s1, g, vbcast4(isa, xq, o + rs))
+        s2 = _dot(isa, q4, s2, g, vbcast4(isa, xq, o + 2 * rs))
+        s3 = _dot(isa, q4, s3, g, vbcast4(isa, xq, o + 3 * rs))
+    return s0, s1, s2, s3
+
+
+@overload(_isum4, jit_options={"nogil": True})
+def _isum4_for_width(isa, q4, w, wo, xq, xo, rs):
+    # chosen while typing: only the width's own variant is compiled
+    return _isum4_two_chains if width(isa) == 16 else _isum4_one_chain
+
+
+@njit(nogil=True)
+def _store(isa, out, i, r0, rows, acc):
+    if r0 + lanes(isa) <= rows:
+        vstore_f32(out[i], r0, acc)
+    else:
+        for lane in range(rows - r0):
+            out[i, r0 + lane] = vlane(acc, lane)
+
+
+@njit(nogil=True, inline="always")
+def _prefetch_block(w, d, m, has_m, nxt, b):
+    """Ask for block b of tile nxt (weights, scales, mins; every part's, as the parts share
+    cache lines) ahead of its use."""
+    nb, tb = w.shape[1], w.shape[2]
+    for c in range(tb // 64):
+        prefetch(w, (nxt * nb + b) * tb + 64 * c)
+    prefetch(d, (nxt * nb + b) * TILE_ROWS)
+    if has_m:
+        prefetch(m, (nxt * nb + b) * TILE_ROWS)
+
+
+@njit(nogil=True, inline="always")
+def _block(isa, w, d, m, has_m, t, h, b, pf, nxt):
+    """Block b of part h of tile t: its scales and mins (f32 lanes) and the offset of its
+    weight bytes; with pf, first a prefetch of block b of tile nxt."""
+    if pf:
+        _prefetch_block(w, d, m, has_m, nxt, b)
+    nb, tb = w.shape[1], w.shape[2]
+    n = lanes(isa)
+    mo = (t * nb + b) * TILE_ROWS + h * n
+    dw = vload_f16(isa, d, mo)
+    mw = vload_f16(isa, m, mo) if has_m else dw
+    return dw, mw, (t * nb + b) * tb + h * 4 * n
+
+
+@njit(nogil=True, inline="always")
+def _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+    """Rows i..i+3 of out, part h of tile t.  q4 and pf (prefetch tile nxt alongside):
+    constants at each call site; has_m: m is not empty."""
+    rs = xq.strides[0]  # int8: bytes == elements
+    a0 = vzero_f32(isa)
+    a1 = vzero_f32(isa)
+    a2 = vzero_f32(isa)
+    a3 = vzero_f32(isa)
+    for b in range(w.shape[1]):
+        dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
+        s0, s1, s2, s3 = _isum4(isa, q4, w, wo, xq, i * rs + 32 * b, rs)
+        a0 = _accumulate(isa, a0, s0, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
+        a1 = _accumulate(isa, a1, s1, dw, mw, has_m, zo, xd[i + 1, b], xi[i + 1, b],
+                         xs[i + 1, b])
+        a2 = _accumulate(isa, a2, s2, dw, mw, has_m, zo, xd[i + 2, b], xi[i + 2, b],
+                         xs[i + 2, b])
+        a3 = _accumulate(isa, a3, s3, dw, mw, has_m, zo, xd[i + 3, b], xi[i + 3, b],
+                         xs[i + 3, b])
+    r0 = t * TILE_ROWS + h * lanes(isa)
+    rows = out.shape[1]
+    _store(isa, out, i, r0, rows, a0)
+    _store(isa, out, i + 1, r0, rows, a1)
+    _store(isa, out, i + 2, r0, rows, a2)
+    _store(isa, out, i + 3, r0, rows, a3)
+
+
+@njit(nogil=True, inline="always")
+def _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+    """Row i of out, part h of tile t; the flags as in _rows4."""
+    rs = xq.strides[0]
+    acc = vzero_f32(isa)
+    for b in range(w.shape[1]):
+        dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
+        s = _isum1(isa, q4, w, wo, xq, i * rs + 32 * b)
+        acc = _accumulate(isa, acc, s, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
+    _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
+
+
+@njit(nogil=True, inline="always")
+def _part(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
+    """Every row of out against part u of the tiles (tile u // parts, part u % parts), four
+    rows per pass; the first pass also prefetches the next tile (a thread's parts are
+    consecutive under prange's static split)."""
+    n_tokens, rows = out.shape
+    parts = TILE_ROWS // lanes(isa)
+    t = np.int64(u) // parts
+    h = np.int64(u) % parts
+    if t * TILE_ROWS + h * lanes(isa) >= rows:
+        return  # the padding half of a last tile
+    nxt = min(t + 1, w.shape[0] - 1)
+    i = 0
+    if n_tokens >= 4:
+        _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        i = 4
+    elif n_tokens > 0:
+        _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        i = 1
+    while i + 4 <= n_tokens:
+        _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        i += 4
+    while i < n_tokens:
+        _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        i += 1
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def matmul_tiles(isa, q4, zero, w, d, m, xq, xd, xi, xs, out):
+    """w (tiles, nb, 256 | 512) u8; d, m (tiles, nb, 16) f16 bits (m may be empty);
+    xq (n_tokens, >= cols) i8 rows; xd, xs (n_tokens, nb) f32; xi (n_tokens, nb) i32
+    -> out (n_tokens, rows) f32.  q4: 4-bit codes (else 128-offset bytes); isa (a vector
+    IsaType) sets the width and picks the byte dot product.
+
+    One loop per code width, so q4 is a constant inside each and the unpacking branches leave
+    the inner loop (about 20% faster here than testing it there; a loop per has_m too gained
+    only 2-7% for 60% more compile time); prefetching the next tile made batched steps
+    another 10-35% faster."""
+    n_parts = w.shape[0] * (TILE_ROWS // lanes(isa))
+    zo = zero if q4 else q8_offset(isa)  # 8-bit weights: vdot_q8 may leave no offset
+    has_m = m.size > 0
+    if q4:
+        for u in prange(n_parts):
+            _part(isa, True, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
+    else:
+        for u in prange(n_parts):
+            _part(isa, False, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
+
+
+@njit(cache=True, nogil=True)
+def embed_tiles(q4, zero, w, d, m, tokens, out):
+    """Rows `tokens` of a tiled matrix, dequantized -> out (n_tokens, cols), with the same
+    arithmetic as linear.embed_rows (so both paths embed bit for bit alike)."""
+    nb = w.shape[1]
+    for i in range(tokens.shape[0]):
+        t, lane = divmod(tokens[i], TILE_ROWS)
+        for b in range(nb):
+            scale = f16_value(d[t, b, lane])
+            bias = f16_value(m[t, b, lane]) if m.size else np.float32(0.0)
+            for e in range(32):
+                if q4:
+                    byte = w[t, b, 64 * ((e % 16) // 4) + 4 * lane + e % 4]
+                    c = (np.int64(byte & 15) if e < 16 else np.int64(byte >> 4)) - zero
+                    out[i, b * 32 + e] = scale * c + bias
+                else:
+                    c = np.int64(w[t, b, 64 * (e // 4) + 4 * lane + e % 4]) - 128
+                    out[i, b * 32 + e] = scale * np.float32(c) + bias

@@ -1,0 +1,160 @@
+"""The single-source vector kernels (matmul_tiles.py, elementwise_simd.py, attention_*.py) on
+every ISA path this host runs — avx512 (16 lanes), avx2 with vpdpbusd ymm, avx2 with the
+vpmaddubsw pair, and generic as the reference: bit for bit the same outputs for every weight
+type the backend reads and batches of 1, 3, 4, 5 and 17 rows (the 1-row and 4-row passes, their
+mixes, and a batch long enough to split over threads).  NEON runs the same checks under qemu
+(tests/arm64_neon_checks.py via tests/test_neon_kernels.py).  Plus: the two P V variants of
+attention agree bit for bit (their choice per width is speed only), and each ISA's
+specialization of a kernel is cached on disk separately."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+pytest.importorskip("gguf.quants")
+import arm64_neon_checks as checks  # noqa: E402
+import arm64_neon_jit as jit  # noqa: E402
+import simd_reference  # noqa: E402
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from localinfer.backends.numba_cpu.isa import (  # noqa: E402
+    REQUIREMENTS,
+    Isa,
+    host_features,
+    host_has_vnni256,
+)
+
+BATCHES = (1, 3, 4, 5, 17)
+
+
+def _path(name: str, vnni: bool | None, label: str):
+    have = host_features()
+    ok = all(f in have for f in REQUIREMENTS[name]) and (not vnni or host_has_vnni256(have))
+    return pytest.param((name, vnni), id=label,
+                        marks=pytest.mark.skipif(not ok, reason=f"host lacks {label}"))
+
+
+VECTOR = [_path("avx512", None, "avx512"), _path("avx2", True, "avx2-vnni"),
+          _path("avx2", False, "avx2-pair")]
+
+
+def _weights(name: str, rows: int, cols: int):
+    from localinfer.backends.numba_cpu.quants import unpack_tensor
+    from localinfer.backends.numba_cpu.weights import stack, stack_tiles
+
+    raw = np.ascontiguousarray(checks.blocks(name, rows, cols, seed=len(name) * 7 + 3))
+    p = unpack_tensor("w", int(QT[name]), name, raw.view(np.uint8).reshape(-1), (cols, rows))
+    return stack([p]), stack_tiles([p])
+
+
+@pytest.mark.parametrize("path", VECTOR)
+@pytest.mark.parametrize("name", checks.TYPES)
+def test_projection_and_embedding_equal_generic_for_every_batch(name, path):
+    """q8_0 activations (and q8_K ones for K-quants): the path's quantize + matmul == generic's
+    bit for bit; the path's embedding == generic's."""
+    from localinfer.backends.numba_cpu.llama import make_buffers
+
+    rows, cols = 70, 256  # 70 rows: a partial last tile (and an empty last half at 8 lanes)
+    generic_ws, tiles = _weights(name, rows, cols)
+    x = np.random.default_rng(5).standard_normal((max(BATCHES), cols)).astype(np.float32)
+    x *= np.random.default_rng(6).uniform(0.1, 30, (len(x), 1)).astype(np.float32)
+    isa, gen = Isa(*path), Isa("generic")
+    projections = (jit.run, jit.run_q8k) if name in checks.K_QUANTS else (jit.run,)
+    for n in BATCHES:
+        qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]
+        for project in projections:
+            want = np.zeros((n, rows), np.float32)
+            project(gen, generic_ws, x[:n].copy(), qbuf, want)
+            got = np.full((n, rows), np.nan, np.float32)
+            project(isa, tiles, x[:n].copy(), qbuf, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"{n} rows, {project.__name__}")
+    tokens = np.array([3, 0, 69, 17, 40], np.int64)
+    want = np.zeros((len(tokens), cols), np.float32)
+    got = np.full((len(tokens), cols), np.nan, np.float32)
+    jit.lookup(gen, generic_ws, tokens, want)
+    jit.lookup(isa, tiles, tokens, got)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("path", VECTOR)
+def test_quantize_and_swiglu_are_exact_for_every_batch(path):
+    """Activation codes, scales and sums == kernels/quantize.py's; SwiGLU == the numpy
+    replica of its float32 operations (so every width gives the same bits)."""
+    from localinfer.backends.numba_cpu.kernels.elementwise_simd import (
+        quantize_rows_simd,
+        swiglu_simd,
+    )
+    from localinfer.backends.numba_cpu.kernels.quantize import quantize_rows
+
+    isa = Isa(*path)
+    rng = np.random.default_rng(8)
+    cols, n_ff = 128, 64
+    for n in BATCHES:
+        x = (rng.standard_normal((n, cols)) * rng.uniform(0, 50, (n, 1))).astype(np.float32)
+        x[0, 32:64] = 0.0  # an all-zero block
+        outs = [simd_reference.quantized(run, x)
+                for run in (quantize_rows, lambda *a: quantize_rows_simd(isa, *a))]
+        for want, got in zip(*outs, strict=True):
+            np.testing.assert_array_equal(got, want)
+        gu = (rng.standard_normal((n, 2 * n_ff)) * 8).astype(np.float32)
+        gu[0, :8] = [-1e4, -100.0, -88.0, 0.0, 88.0, 100.0, 1e4, -1e-30]
+        got = np.full((n, n_ff), np.nan, np.float32)
+        swiglu_simd(isa, gu, n_ff, got)
+        np.testing.assert_array_equal(got, simd_reference.swiglu(gu, n_ff))
+
+
+@pytest.mark.parametrize("path", [VECTOR[0], VECTOR[2]], ids=["16-lanes", "8-lanes"])
+def test_attention_pv_variants_agree(path):
+    """attention_pv.py keeps sixteen accumulators in registers at 16 lanes and four through
+    memory at 8: both sum each lane in position order from zero, so either width may take
+    either variant for the same bits (the choice is speed only)."""
+    from localinfer.backends.numba_cpu.kernels import attention_pv
+    from numba import njit
+
+    isa = Isa(*path)
+    rng = np.random.default_rng(11)
+    group, hd, bs, n_blocks = 5, 64, 16, 6  # 5 heads: a partial group of four
+    scores = rng.standard_normal((group, n_blocks * bs)).astype(np.float32)
+    v_pool = rng.standard_normal((n_blocks, 2, bs, hd)).astype(np.float16).view(np.uint16)
+    table = rng.permutation(n_blocks).astype(np.int64)
+    outs = []
+    for variant in (attention_pv._pv_in_registers, attention_pv._pv_per_block):
+        acc = np.full((group, hd), np.nan, np.float32)
+        # chunk from position 16 (block 1) to 83: a partial last block
+        njit(variant)(isa, scores, v_pool, table, 1, 1, 6, bs, 0, 83, acc)
+        outs.append(acc)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    v = v_pool.view(np.float16).astype(np.float64)[table, 1].reshape(-1, hd)
+    np.testing.assert_allclose(outs[0], scores[:, 16:83] @ v[16:83], rtol=1e-4, atol=1e-4)
+
+
+def test_each_isa_caches_its_own_specialization(tmp_path):
+    """A kernel taking the IsaType compiles once per ISA and a later process loads both from
+    the disk cache (cache=True keyed by the IsaType's name)."""
+    from localinfer.backends.numba_cpu.isa import resolve_isa
+
+    isas = ["avx2"] + (["avx512"] if resolve_isa("auto") == "avx512" else [])
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from localinfer.backends.numba_cpu.isa import Isa
+        from localinfer.backends.numba_cpu.kernels.elementwise_simd import swiglu_simd
+        gu = np.ones((2, 64), np.float32)
+        for name in {isas!r}:
+            swiglu_simd(Isa(name), gu, 32, np.zeros((2, 32), np.float32))
+        s = swiglu_simd.stats
+        print(len(s.cache_hits), len(s.cache_misses), len(swiglu_simd.signatures))
+    """)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    n = len(isas)
+    assert runs[0].stdout.split() == ["0", str(n), str(n)]  # compiled each, saved
+    assert runs[1].stdout.split() == [str(n), "0", str(n)]  # loaded each
