@@ -158,3 +158,24 @@ def test_each_isa_caches_its_own_specialization(tmp_path):
     n = len(isas)
     assert runs[0].stdout.split() == ["0", str(n), str(n)]  # compiled each, saved
     assert runs[1].stdout.split() == [str(n), "0", str(n)]  # loaded each
+
+
+@pytest.mark.parametrize("path", VECTOR)
+@pytest.mark.parametrize("code", [-128, -127, 127])
+def test_four_bit_sums_at_their_bounds_are_exact(path, code):
+    """The largest 4-bit block sums (every code 15 against activations all -128, -127 or 127:
+    |sum| up to 61440 per block) come out exact on every path — on the AVX2 pair the products
+    are summed in int16 within a block (simd/dot.py vdot4_part), whose bound this is."""
+    from localinfer.backends.numba_cpu.kernels.matmul_tiles import matmul_tiles
+
+    tiles, nb, n = 2, 3, 5
+    w = np.full((tiles, nb, 256), 0xFF, np.uint8)  # both nibbles of every byte: code 15
+    d = np.full((tiles, nb, 16), 0x3C00, np.uint16)  # f16 1.0
+    m = np.zeros((0, 0, 0), np.uint16)
+    xq = np.full((n, 32 * nb), code, np.int8)
+    xd = np.ones((n, nb), np.float32)
+    xi = np.full((n, nb), 32 * code, np.int32)
+    xs = np.zeros((n, nb), np.float32)
+    out = np.full((n, 16 * tiles), np.nan, np.float32)
+    matmul_tiles(Isa(*path), True, np.int64(0), w, d, m, xq, xd, xi, xs, out)
+    np.testing.assert_array_equal(out, np.float32(nb * 15 * 32 * code))

@@ -26,6 +26,7 @@ from numba.extending import NativeValue, box, models, register_model, typeof_imp
 from localinfer.errors import InvalidRequestError
 
 ISA_ENV = "LOCALINFER_ISA"
+VNNI_ENV = "LOCALINFER_VNNI"
 # name -> host features it needs; best first
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "avx512": ("avx512f", "avx512bw", "avx512vnni", "f16c"),
@@ -105,6 +106,19 @@ def host_has_vnni256(have: set[str] | None = None) -> bool:
     return "avxvnni" in have or {"avx512vnni", "avx512vl"} <= have
 
 
+def vnni_choice() -> bool:
+    """Whether the avx2 path uses vpdpbusd ymm: $LOCALINFER_VNNI=0 forces the vpmaddubsw pair
+    (what an AVX2 CPU without VNNI runs, to measure that path on a newer one), 1 asks for
+    VNNI (an error where the host lacks it); unset: whatever the host has."""
+    want = os.environ.get(VNNI_ENV, "").strip()
+    if want not in ("", "0", "1"):
+        raise InvalidRequestError(f"{VNNI_ENV} must be 0 or 1, not {want!r}")
+    if want == "1" and not host_has_vnni256():
+        raise InvalidRequestError(f"{VNNI_ENV}=1: this CPU has no 256-bit VNNI "
+                                  "(AVX-VNNI, or AVX-512 VNNI + VL)")
+    return host_has_vnni256() if want == "" else want == "1"
+
+
 class Isa:
     """A Python handle for an ISA name, passed to jitted code.  `vnni` (avx2 only): use
     vpdpbusd ymm; None = whatever the host has (False forces the vpmaddubsw pair, for tests).
@@ -117,7 +131,7 @@ class Isa:
             raise InvalidRequestError(f"unknown ISA {name!r}")
         self.name = name
         if name == "avx2":
-            self.vnni = host_has_vnni256() if vnni is None else vnni
+            self.vnni = vnni_choice() if vnni is None else vnni
         else:
             self.vnni = name == "avx512"
 

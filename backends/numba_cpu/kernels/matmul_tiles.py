@@ -23,7 +23,7 @@ from numba import njit, prange
 from numba.extending import overload
 
 from ..quants.tiles import TILE_ROWS
-from ..simd.dot import q8_offset, vdot_q8, vdpbusd, vnib_hi, vnib_lo
+from ..simd.dot import q8_offset, vdot4_part, vdot_q8, vdpbusd, vnib_hi, vnib_lo, vwiden
 from ..simd.prefetch import prefetch
 from ..simd.vectors import (
     lanes,
@@ -67,15 +67,27 @@ def _dot(isa, q4, acc, g, x):
 
 
 @njit(nogil=True)
+def _part_dot(isa, q4, acc, g, x):
+    """_dot, where 4-bit products may stay partial sums of one block (simd/dot.py)."""
+    return vdot4_part(isa, acc, g, x) if q4 else vdot_q8(isa, acc, g, x)
+
+
+@njit(nogil=True)
+def _widen(isa, q4, part):
+    return vwiden(isa, part) if q4 else part
+
+
+@njit(nogil=True)
 def _isum1(isa, q4, w, wo, xq, xo):
     """One block, one activation row: int32 sums of weight codes x activation codes, in two
     chains for latency."""
     lo = vzero_i32(isa)
     hi = vzero_i32(isa)
     for k in range(4):
-        lo = _dot(isa, q4, lo, _group(isa, q4, w, wo, k), vbcast4(isa, xq, xo + 4 * k))
-        hi = _dot(isa, q4, hi, _group(isa, q4, w, wo, k + 4), vbcast4(isa, xq, xo + 16 + 4 * k))
-    return vadd_i32(lo, hi)
+        lo = _part_dot(isa, q4, lo, _group(isa, q4, w, wo, k), vbcast4(isa, xq, xo + 4 * k))
+        hi = _part_dot(isa, q4, hi, _group(isa, q4, w, wo, k + 4),
+                       vbcast4(isa, xq, xo + 16 + 4 * k))
+    return vadd_i32(_widen(isa, q4, lo), _widen(isa, q4, hi))
 
 
 def _isum4(isa, q4, w, wo, xq, xo, rs):
@@ -122,11 +134,11 @@ def _isum4_one_chain(isa, q4, w, wo, xq, xo, rs):
     for k in range(8):
         g = _group(isa, q4, w, wo, k)
         o = xo + 4 * k
-        s0 = _dot(isa, q4, s0, g, vbcast4(isa, xq, o))
-        s1 = _dot(isa, q4, s1, g, vbcast4(isa, xq, o + rs))
-        s2 = _dot(isa, q4, s2, g, vbcast4(isa, xq, o + 2 * rs))
-        s3 = _dot(isa, q4, s3, g, vbcast4(isa, xq, o + 3 * rs))
-    return s0, s1, s2, s3
+        s0 = _part_dot(isa, q4, s0, g, vbcast4(isa, xq, o))
+        s1 = _part_dot(isa, q4, s1, g, vbcast4(isa, xq, o + rs))
+        s2 = _part_dot(isa, q4, s2, g, vbcast4(isa, xq, o + 2 * rs))
+        s3 = _part_dot(isa, q4, s3, g, vbcast4(isa, xq, o + 3 * rs))
+    return _widen(isa, q4, s0), _widen(isa, q4, s1), _widen(isa, q4, s2), _widen(isa, q4, s3)
 
 
 @overload(_isum4, jit_options={"nogil": True})
