@@ -4,28 +4,18 @@ model; every number is written and the ratio printed. No timing assertions."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("textual")
 
-
-def bench_chat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "localinfer", "bench", "chat", "--threads", "1", *args],
-        capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
-    )
+from test_bench import bench  # noqa: E402  (`localinfer bench --quick --threads 1 ...`)
 
 
 def test_bench_chat_real_model(smollm2_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "chat.json"
-    proc = bench_chat("--model", str(smollm2_path), "--tokens", "24", "--reps", "1",
-                      "--json", str(out))
+    proc = bench("chat", "--model", str(smollm2_path), "--tokens", "24", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["threads"] == 1 and doc["tokens"] == 24 and len(doc["rows"]) == 1
@@ -38,6 +28,6 @@ def test_bench_chat_real_model(smollm2_path: Path, tmp_path: Path) -> None:
 
 
 def test_bench_chat_bad_tokens_is_one_line_error() -> None:
-    proc = bench_chat("--tokens", "0")
+    proc = bench("chat", "--tokens", "0")
     assert proc.returncode != 0
     assert proc.stderr.startswith("localinfer: error: invalid --tokens")

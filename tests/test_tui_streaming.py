@@ -16,6 +16,8 @@ from localinfer.tui.session import ChatSession, LoadOptions  # noqa: E402
 from localinfer.tui.store import ConversationStore  # noqa: E402
 from localinfer.tui.widgets.message_list import MessageView  # noqa: E402
 from test_tui_pilot import SIZE, make_app, run, send, wait_for  # noqa: E402
+from textual.widgets import Markdown  # noqa: E402
+from textual.widgets._markdown import MarkdownBlock  # noqa: E402
 
 COUNT = "Count from 1 to 200, one number per line."
 
@@ -61,15 +63,19 @@ def test_full_reply_rendered_and_stored_exactly(session, tmp_path: Path) -> None
             assert_shown_and_stored(session, app, tmp_path)
             assert turn.num_output_tokens == 80 and turn.visible_tps is not None
             # the frames, appended block by block, render what one full render shows
-            await pilot.pause()
-            streamed = app.export_screenshot()
             view = app.chat.messages.last("assistant")
             assert view is not None
-            await view.markdown.update(view.content)
+            full = Markdown(view.content)
+            await app.chat.messages.mount(full)
             await pilot.pause()
-            assert app.export_screenshot() == streamed
+            assert len(blocks(full)) > 3 and blocks(view.markdown) == blocks(full)
 
     run(body)
+
+
+def blocks(md: Markdown) -> list[tuple[str, str]]:
+    """Each rendered block: its kind and its text with the styles (bold, code) marked."""
+    return [(type(b).__name__, b.render().markup) for b in md.query(MarkdownBlock)]
 
 
 def test_stop_keeps_exactly_the_tokens_taken_in(session, tmp_path: Path) -> None:
