@@ -140,7 +140,15 @@ class LlamaWeights:
     def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
         """Repack every tensor (as TileStacks when `tiled`); unsupported types raise
         UnsupportedModelError naming them."""
-        stack_role = stack_tiles if tiled else stack
+        stack_fn = stack_tiles if tiled else stack
+
+        def stack_role(layers: list[Packed]) -> WeightStack:
+            s = stack_fn(layers)
+            # this role's pages of the file are not read again: drop them now, so the mapped
+            # copy never sits in memory beside the repacked one (peak ~ one role of the file)
+            g.release_pages()
+            return s
+
         for name in config.expected_tensors():  # fail fast, before any big copy
             info = g.tensors[name]
             format_for(name, info.ggml_type, info.type_name)
