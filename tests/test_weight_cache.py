@@ -15,6 +15,7 @@ from gguf_factory import QT, write_tiny_gemma3, write_tiny_llama
 pytest.importorskip("numba")
 
 from localinfer.backends.numba_cpu.isa import resolve_isa  # noqa: E402
+from localinfer.backends.numba_cpu.quants import FORMATS, KIND_Q4, unpack_tensor  # noqa: E402
 
 from localinfer import paths, weight_cache  # noqa: E402
 from localinfer.engine.batch import ScheduledBatch  # noqa: E402
@@ -199,3 +200,19 @@ def resident_kb(path: Path) -> int:
             elif inside and parts[0] == "Rss:":
                 total += int(parts[1])
     return total
+
+
+@pytest.mark.parametrize("ggml_type", sorted(FORMATS), ids=lambda t: FORMATS[t].name)
+def test_formats_name_the_layout_their_unpack_returns(ggml_type):
+    """LazyLayers.kind picks each role's layout from FORMATS before unpacking anything: the
+    table must say what unpack really returns (else stack would narrow and fail)."""
+    fmt = FORMATS[ggml_type]
+    rows, cols = 4, 256
+    raw = np.random.default_rng(ggml_type).integers(0, 256, rows * cols // fmt.block_size
+                                                     * fmt.type_size, dtype=np.uint8)
+    if fmt.block_size > 1:  # finite f16 fields are not needed: only the layout is checked
+        raw[:] = 0
+    p = unpack_tensor("t", ggml_type, fmt.name, raw, (cols, rows))
+    assert p.kind == fmt.kind
+    if p.kind == KIND_Q4:
+        assert p.zero == fmt.zero
