@@ -62,3 +62,22 @@ def file_digest(path: Path, memo_dir: Path) -> tuple[str, str | None]:
 def forget(memo_dir: Path, path: Path) -> None:
     with contextlib.suppress(OSError):
         memo_path(memo_dir, path).unlink()
+
+
+def prune(memo_dir: Path) -> tuple[set[str], set[str]]:
+    """Drop the memos of files that no longer exist; (their digests, the live files' digests)."""
+    gone, live = set(), set()
+    for memo in memo_dir.glob("*.json"):
+        try:
+            with open(memo) as f:
+                value = json.load(f)
+            path, digest = value["path"], value["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if os.path.exists(path):
+            live.add(digest)
+            continue
+        gone.add(digest)
+        with contextlib.suppress(OSError):
+            memo.unlink()
+    return gone - live, live

@@ -18,8 +18,9 @@ are compiled for) whose pages stay clean, shared with other processes and the pa
 are never read from the GGUF at all.  An entry that does not check out (short, wrong magic,
 another key, arrays outside the data) is rebuilt; one that cannot be written is skipped.
 Writing an entry evicts the file's entries of the same family at other versions; a GGUF whose
-content changed at the same path drops the old content's entries; `localinfer rm` drops the
-model's.  LOCALINFER_WEIGHT_CACHE=0 turns the cache off.
+content changed at the same path drops the old content's entries, a deleted one (seen at the
+next write) its own; `localinfer rm` drops the model's.  LOCALINFER_WEIGHT_CACHE=0 turns the
+cache off.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, TypeVar
 
 from localinfer import paths
 from localinfer.atomic_file import atomic_write, remove_stale_temps
-from localinfer.file_digest import file_digest, remembered
+from localinfer.file_digest import file_digest, prune, remembered
 from localinfer.file_digest import forget as forget_digest
 
 MAGIC = b"LIWCACHE"
@@ -79,6 +80,10 @@ def load_or_build(gguf_path: Path, family: str, version: str, build: Callable[[]
     with contextlib.suppress(OSError):  # a full or read-only disk: run uncached
         write_entry(target, key, tree)
         _remove(p for p in folder.glob(f"{digest}.{family}.*{SUFFIX}") if p != target)
+        # files deleted since (a model removed by hand, a test's temporary copy): their
+        # entries and memos go too, so the folder holds only what some file still needs
+        gone, _ = prune(_digests_dir())
+        _remove(p for d in gone for p in folder.glob(f"{d}.*{SUFFIX}"))
         remove_stale_temps(folder)
     return tree, False
 

@@ -133,6 +133,16 @@ def test_a_changed_file_does_not_use_the_stale_entry(tmp_path, cache_dir):
     assert entries(cache_dir) == []
 
 
+def test_a_deleted_files_entry_goes_at_the_next_write(tmp_path, cache_dir):
+    isa = isas()[-1]
+    a = write_tiny_llama(tmp_path / "a.gguf", weight_type=QT.Q8_0, seed=3)
+    run(a, isa)
+    a.unlink()
+    run(write_tiny_llama(tmp_path / "b.gguf", weight_type=QT.Q8_0, seed=4), isa)
+    assert len(entries(cache_dir)) == 1
+    assert len(list((cache_dir / "digests").glob("*.json"))) == 1
+
+
 def test_gemma3_weights_round_trip(tmp_path, cache_dir):
     path = write_tiny_gemma3(tmp_path / "g.gguf")
     isa = isas()[-1]
