@@ -97,12 +97,27 @@ def stack_tiles(layers: Sequence[Packed], kind: int | None = None) -> tuple:
         if kind == KIND_F32:
             wf[i] = p.w
             continue
-        w[i], d[i], m[i] = to_tiles(p)
+        # a big matrix (a 262k-row embedding) in slices of whole tiles: to_tiles' copies stay
+        # a slice's size, not three times the matrix's
+        for r in range(0, p.rows, TILE_CHUNK):
+            t = slice(r // TILE_ROWS, -(-min(r + TILE_CHUNK, p.rows) // TILE_ROWS))
+            w[i, t], d[i, t], m[i, t] = to_tiles(row_slice(p, r, r + TILE_CHUNK))
         any_m = any_m or bool(np.any(m[i]))
         zero[i] = p.zero if kind == KIND_Q4 else 128
     if kind != KIND_F32 and not any_m:  # no mins anywhere: the kernels skip m when it is empty
         m = np.empty((n, 0, 0, 0), np.uint16)
     return (kind, zero, w, d, m, wf)
+
+
+TILE_CHUNK = 256 * TILE_ROWS  # rows tiled at a time
+
+
+def row_slice(p: Packed, start: int, stop: int) -> Packed:
+    """Rows start..stop of a KIND_Q4 / KIND_Q8 matrix (views, no copy)."""
+    rows = slice(start, stop)
+    return Packed(p.kind, len(range(p.rows)[rows]), p.cols,
+                  nib=None if p.nib is None else p.nib[rows],
+                  q=None if p.q is None else p.q[rows], d=p.d[rows], m=p.m[rows], zero=p.zero)
 
 
 class LazyLayers(Sequence[Packed]):
@@ -117,6 +132,8 @@ class LazyLayers(Sequence[Packed]):
 
     def __getitem__(self, i: int) -> Packed:  # type: ignore[override]
         parts = [load_packed(self.g, name) for name in self.names[i]]
+        # unpacked: the file's pages of this layer are not needed beside it
+        self.g.release_pages()
         return parts[0] if len(parts) == 1 else concat_rows(parts)
 
     def kind(self, tiled: bool) -> int:
