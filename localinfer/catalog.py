@@ -152,6 +152,9 @@ class Catalog:
         target = self.path_of(entry)
         if not target.exists():
             return False
+        from localinfer import weight_cache
+
+        weight_cache.forget(target)  # its repacked copies go with it
         target.unlink()
         with contextlib.suppress(OSError):
             target.parent.rmdir()

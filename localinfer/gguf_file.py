@@ -115,6 +115,15 @@ class GGUFFile:
             return arr.reshape(*outer, info.shape[0])
         return self.raw(name).reshape(*outer, info.row_bytes)
 
+    def release_pages(self) -> None:
+        """Drop this process's resident pages of the mapping (they stay in the page cache).
+        Called once the weights are repacked, so the mapped copy does not sit in memory beside
+        the repacked one; views stay valid (a later read maps its pages again)."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if self._mm is not None and advice is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._mm.madvise(advice)
+
     def close(self) -> None:
         mm, self._mm = self._mm, None
         _close_quietly(mm)  # views handed out keep the map alive until the last one goes

@@ -1,4 +1,4 @@
-"""Where localinfer keeps its files: models, compiled kernels, conversations.
+"""Where localinfer keeps its files: models, compiled kernels, repacked weights, conversations.
 
 Everything lives under platformdirs' user cache dir unless LOCALINFER_HOME points elsewhere;
 saved chats live under the user data dir (LOCALINFER_DATA_DIR overrides only that).
@@ -26,6 +26,11 @@ def models_dir() -> Path:
 def kernel_cache_dir() -> Path:
     """Numba's on-disk cache of compiled kernels (NUMBA_CACHE_DIR)."""
     return home() / "numba"
+
+
+def weight_cache_dir() -> Path:
+    """Repacked model weights, beside the kernel cache (localinfer/weight_cache.py)."""
+    return home() / "weights"
 
 
 def chats_dir() -> Path:

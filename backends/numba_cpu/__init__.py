@@ -23,4 +23,6 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir() / _source_digest()))
+# also keys the repacked-weight cache (cached_weights.py): the repacking code is in here too
+SOURCE_DIGEST = _source_digest()
+os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir() / SOURCE_DIGEST))

@@ -29,6 +29,7 @@ from .kernels.gelu import gelu_f16_table
 from .kernels.gelu_simd import gelu_mul
 from .kernels.qk_norm import qk_norm_rope, scale_columns
 from .kernels.rope_scaled import rope_tables_scaled
+from .kv_pages import kv_zeros
 from .llama import make_buffers as llama_buffers
 from .project_q8k import project_as
 from .weights import LlamaWeights
@@ -36,8 +37,6 @@ from .weights import LlamaWeights
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
     from localinfer.model_config import ModelConfig
-
-
 
 
 @dataclass(slots=True)
@@ -175,7 +174,7 @@ class Gemma3Forward:
     """Weights, the two KV pools and scratch of a gemma3 model; NumbaModelRunner delegates
     its forward step here.  num_swa_blocks: blocks of the local (sliding-window) pool."""
 
-    def __init__(self, gguf: GGUFFile, config: ModelConfig, isa, isa_name: str, *,
+    def __init__(self, weights: Gemma3Weights, config: ModelConfig, isa, isa_name: str, *,
                  num_blocks: int, num_swa_blocks: int, block_size: int, threads: int,
                  max_tokens: int) -> None:
         c = config
@@ -183,7 +182,7 @@ class Gemma3Forward:
         self.isa = isa
         self.threads = threads
         self.block_size = block_size
-        self.weights = Gemma3Weights.load(gguf, c, tiled=isa_name != "generic")
+        self.weights = weights
         swa = [bool(s) and c.sliding_window > 0 for s in c.swa_layers]
         self.is_swa = np.array(swa, np.bool_)
         self.pool_index = np.zeros(c.n_layers, np.int64)
@@ -199,7 +198,7 @@ class Gemma3Forward:
             else:  # the avx512 attention keeps K transposed within each block
                 k_shape = (n_layers, n_blocks, kv, hd, bs)
                 v_shape = (n_layers, n_blocks, kv, bs, hd)
-            return np.zeros(k_shape, np.uint16), np.zeros(v_shape, np.uint16)
+            return kv_zeros(k_shape), kv_zeros(v_shape)
 
         self.k_global, self.v_global = pools(counts[0], num_blocks if counts[0] else 0)
         self.k_local, self.v_local = pools(counts[1], num_swa_blocks if counts[1] else 0)

@@ -52,9 +52,10 @@ class NumbaModelRunner(ModelRunner):
             raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
         import numba
 
+        from .cached_weights import load_weights
         from .isa import Isa, resolve_isa
+        from .kv_pages import kv_zeros
         from .llama import llama_step, make_buffers
-        from .weights import LlamaWeights
 
         self.threads = threads or physical_cores()
         self._numba_threads = min(self.threads, numba.config.NUMBA_NUM_THREADS)
@@ -70,6 +71,9 @@ class NumbaModelRunner(ModelRunner):
         self._isa = Isa(self.isa)
         weight_types = sorted({t.type_name for t in gguf.tensors.values()})
         self._compile_notice = CompileNotice(c.arch, self.isa, *weight_types, enabled=progress)
+        # weights_from_cache: mapped from the repacked-weight cache rather than repacked
+        weights, self.weights_from_cache = load_weights(gguf, c, tiled=self.isa != "generic")
+        gguf.release_pages()  # the tokenizer and metadata were parsed; tensors live in weights
         # -- gemma3: its own step and two KV pools (global, sliding-window); see gemma3.py
         self._gemma3 = None
         if c.arch == "gemma3":
@@ -77,22 +81,21 @@ class NumbaModelRunner(ModelRunner):
 
             self.sliding_window = c.sliding_window if any(c.swa_layers) else 0
             self.num_swa_blocks = num_swa_blocks or num_blocks
-            self._gemma3 = Gemma3Forward(gguf, c, self._isa, self.isa, num_blocks=num_blocks,
+            self._gemma3 = Gemma3Forward(weights, c, self._isa, self.isa, num_blocks=num_blocks,
                                          num_swa_blocks=self.num_swa_blocks,
                                          block_size=block_size, threads=self.threads,
                                          max_tokens=max_num_batched_tokens)
             self.weights = self._gemma3.weights
             return
         # --
-        self.weights = LlamaWeights.load(gguf, config, tiled=self.isa != "generic")
+        self.weights = weights
         # f16 bits; the avx512 attention keeps K transposed within each block
         if self.isa == "generic":
             k_shape = v_shape = (c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim)
         else:
             k_shape = (c.n_layers, num_blocks, c.n_kv_heads, c.head_dim, block_size)
             v_shape = (c.n_layers, num_blocks, c.n_kv_heads, block_size, c.head_dim)
-        self.k_pool = np.zeros(k_shape, np.uint16)
-        self.v_pool = np.zeros(v_shape, np.uint16)
+        self.k_pool, self.v_pool = kv_zeros(k_shape), kv_zeros(v_shape)
         self._dims = (c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff,
                       c.rope_dim, block_size, int(c.rope_neox))
         self._step = llama_step

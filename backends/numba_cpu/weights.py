@@ -14,6 +14,7 @@ float32 matrices of a KIND_F32 role.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,9 +36,11 @@ def load_packed(g: GGUFFile, name: str) -> Packed:
     return unpack_tensor(name, info.ggml_type, info.type_name, g.raw(name), tuple(info.shape))
 
 
-def stack(layers: list[Packed]) -> WeightStack:
-    """Per-layer matrices of one role -> WeightStack with a leading layer axis."""
-    kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
+def stack(layers: Sequence[Packed], kind: int | None = None) -> WeightStack:
+    """Per-layer matrices of one role -> WeightStack with a leading layer axis.  With `kind`
+    given (LazyLayers.kind) each layer is read once, as the loop reaches it."""
+    if kind is None:
+        kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
     n = len(layers)
     first = layers[0]
     rows, cols, nb = first.rows, first.cols, first.cols // 32
@@ -56,8 +59,8 @@ def stack(layers: list[Packed]) -> WeightStack:
     if kind != KIND_F32:
         d = np.empty((n, rows, nb), np.float32)
         m = np.empty((n, rows, nb), np.float32)
-    for i, p in enumerate(layers):  # fill in place: peak memory stays ~ one layer above final
-        p = p.to_kind(kind)
+    for i in range(n):  # fill in place: peak memory stays ~ one layer above final
+        p = (first if i == 0 else layers[i]).to_kind(kind)
         if kind == KIND_Q4:
             nib[i], zero[i] = p.nib, p.zero
         elif kind == KIND_Q8:
@@ -69,11 +72,13 @@ def stack(layers: list[Packed]) -> WeightStack:
     return (kind, nib, q, d, m, zero, w)
 
 
-def stack_tiles(layers: list[Packed]) -> tuple:
-    """Per-layer matrices of one role -> TileStack with a leading layer axis."""
-    kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
-    if kind == KIND_Q4 and len({p.zero for p in layers}) > 1:
-        kind = KIND_Q8
+def stack_tiles(layers: Sequence[Packed], kind: int | None = None) -> tuple:
+    """Per-layer matrices of one role -> TileStack with a leading layer axis (`kind`: as in
+    stack)."""
+    if kind is None:
+        kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
+        if kind == KIND_Q4 and len({p.zero for p in layers}) > 1:
+            kind = KIND_Q8
     n, first = len(layers), layers[0]
     tiles, nb = -(-first.rows // TILE_ROWS), first.cols // 32
     zero = np.zeros(n, np.int64)
@@ -85,18 +90,64 @@ def stack_tiles(layers: list[Packed]) -> tuple:
     else:
         w = np.empty((n, tiles, nb, tile_bytes(kind)), np.uint8)
         d = np.empty((n, tiles, nb, TILE_ROWS), np.uint16)
-        if any(p.m is not None and np.any(p.m) for p in layers):
-            m = np.empty((n, tiles, nb, TILE_ROWS), np.uint16)
-    for i, p in enumerate(layers):  # fill in place: one layer's temporaries above the final
-        p = p.to_kind(kind)
+        m = np.empty((n, tiles, nb, TILE_ROWS), np.uint16)
+    any_m = False
+    for i in range(n):  # fill in place: one layer's temporaries above the final
+        p = (first if i == 0 else layers[i]).to_kind(kind)
         if kind == KIND_F32:
             wf[i] = p.w
             continue
-        w[i], d[i], mi = to_tiles(p)
-        if m.size:
-            m[i] = mi
+        # a big matrix (a 262k-row embedding) in slices of whole tiles: to_tiles' copies stay
+        # a slice's size, not three times the matrix's
+        for r in range(0, p.rows, TILE_CHUNK):
+            t = slice(r // TILE_ROWS, -(-min(r + TILE_CHUNK, p.rows) // TILE_ROWS))
+            w[i, t], d[i, t], m[i, t] = to_tiles(row_slice(p, r, r + TILE_CHUNK))
+        any_m = any_m or bool(np.any(m[i]))
         zero[i] = p.zero if kind == KIND_Q4 else 128
+    if kind != KIND_F32 and not any_m:  # no mins anywhere: the kernels skip m when it is empty
+        m = np.empty((n, 0, 0, 0), np.uint16)
     return (kind, zero, w, d, m, wf)
+
+
+TILE_CHUNK = 256 * TILE_ROWS  # rows tiled at a time
+
+
+def row_slice(p: Packed, start: int, stop: int) -> Packed:
+    """Rows start..stop of a KIND_Q4 / KIND_Q8 matrix (views, no copy)."""
+    rows = slice(start, stop)
+    return Packed(p.kind, len(range(p.rows)[rows]), p.cols,
+                  nib=None if p.nib is None else p.nib[rows],
+                  q=None if p.q is None else p.q[rows], d=p.d[rows], m=p.m[rows], zero=p.zero)
+
+
+class LazyLayers(Sequence[Packed]):
+    """One role's per-layer matrices, unpacked from the file when indexed: stacking then holds
+    one layer's temporaries at a time, not the whole role unpacked beside its stack."""
+
+    def __init__(self, g: GGUFFile, names: list[tuple[str, ...]]) -> None:
+        self.g, self.names = g, names  # per layer: the tensors merged into its rows
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> Packed:  # type: ignore[override]
+        parts = [load_packed(self.g, name) for name in self.names[i]]
+        # unpacked: the file's pages of this layer are not needed beside it
+        self.g.release_pages()
+        return parts[0] if len(parts) == 1 else concat_rows(parts)
+
+    def kind(self, tiled: bool) -> int:
+        """The kind stack / stack_tiles would pick from the unpacked layers, from the tensor
+        types alone (quants.FORMATS): the widest, and 8 bits for 4-bit codes with different
+        zeros merged into one matrix (concat_rows) or, in tiles, one stack."""
+        formats = [[format_for(n, self.g.tensors[n].ggml_type, self.g.tensors[n].type_name)
+                    for n in layer] for layer in self.names]
+        kind = max((f.kind for layer in formats for f in layer), key=WIDTH.__getitem__)
+        zeros = [{f.zero for f in layer} for layer in formats]
+        if kind == KIND_Q4 and (any(len(z) > 1 for z in zeros) or
+                                (tiled and len(set().union(*zeros)) > 1)):
+            kind = KIND_Q8
+        return kind
 
 
 K_QUANTS = frozenset({"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"})
@@ -140,7 +191,18 @@ class LlamaWeights:
     def load(cls, g: GGUFFile, config: ModelConfig, tiled: bool = False) -> LlamaWeights:
         """Repack every tensor (as TileStacks when `tiled`); unsupported types raise
         UnsupportedModelError naming them."""
-        stack_role = stack_tiles if tiled else stack
+        stack_fn = stack_tiles if tiled else stack
+
+        def stack_role(*roles: str, single: str | None = None) -> WeightStack:
+            names = ([(single,)] if single else
+                     [tuple(f"blk.{i}.{t}.weight" for t in roles) for i in layers])
+            lazy = LazyLayers(g, names)
+            s = stack_fn(lazy, kind=lazy.kind(tiled))
+            # this role's pages of the file are not read again: drop them now, so the mapped
+            # copy never sits in memory beside the repacked one (peak ~ one role of the file)
+            g.release_pages()
+            return s
+
         for name in config.expected_tensors():  # fail fast, before any big copy
             info = g.tensors[name]
             format_for(name, info.ggml_type, info.type_name)
@@ -152,8 +214,8 @@ class LlamaWeights:
 
         layers = range(config.n_layers)
         blk = "blk.{}.{}.weight".format
-        embd = stack_role([load_packed(g, "token_embd.weight")])
-        head = embd if config.tied_embeddings else stack_role([load_packed(g, "output.weight")])
+        embd = stack_role(single="token_embd.weight")
+        head = embd if config.tied_embeddings else stack_role(single="output.weight")
         qkv_cols = (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
         bqkv = np.zeros((config.n_layers, qkv_cols), np.float32)
         if config.qkv_bias:
@@ -166,12 +228,10 @@ class LlamaWeights:
             out_norm=norm("output_norm.weight"),
             attn_norm=np.stack([norm(blk(i, "attn_norm")) for i in layers]),
             ffn_norm=np.stack([norm(blk(i, "ffn_norm")) for i in layers]),
-            wqkv=stack_role([concat_rows([load_packed(g, blk(i, t)) for t in
-                                     ("attn_q", "attn_k", "attn_v")]) for i in layers]),
-            wo=stack_role([load_packed(g, blk(i, "attn_output")) for i in layers]),
-            wgu=stack_role([concat_rows([load_packed(g, blk(i, t)) for t in ("ffn_gate", "ffn_up")])
-                       for i in layers]),
-            wdown=stack_role([load_packed(g, blk(i, "ffn_down")) for i in layers]),
+            wqkv=stack_role("attn_q", "attn_k", "attn_v"),
+            wo=stack_role("attn_output"),
+            wgu=stack_role("ffn_gate", "ffn_up"),
+            wdown=stack_role("ffn_down"),
             bqkv=bqkv,
             q8k=q8k_roles(g, config),
         )

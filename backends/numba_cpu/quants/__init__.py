@@ -32,23 +32,25 @@ class WeightFormat:
     block_size: int  # elements per block
     type_size: int  # bytes per block
     unpack: Callable[[np.ndarray, int, int], Packed]
+    kind: int = KIND_Q8  # the layout unpack returns, known before any tensor is read
+    zero: int = 0  # its KIND_Q4 code offset
 
 
 # ggml type id -> format (ids from ggml.h / gguf.GGMLQuantizationType).  Every mapping is exact
 # except: Q4_K, Q5_K and IQ4_XS round their per-32 scales to f16 (kquants.py, iq4.py), and
 # Q2_K and Q6_K are requantized to 8 bits (requant.py).
 FORMATS: dict[int, WeightFormat] = {
-    0: WeightFormat("F32", 1, 4, unpack_f32),
-    1: WeightFormat("F16", 1, 2, unpack_f16),
-    30: WeightFormat("BF16", 1, 2, unpack_bf16),
-    2: WeightFormat("Q4_0", 32, 18, unpack_q4_0),
-    3: WeightFormat("Q4_1", 32, 20, unpack_q4_1),
+    0: WeightFormat("F32", 1, 4, unpack_f32, KIND_F32),
+    1: WeightFormat("F16", 1, 2, unpack_f16, KIND_F32),
+    30: WeightFormat("BF16", 1, 2, unpack_bf16, KIND_F32),
+    2: WeightFormat("Q4_0", 32, 18, unpack_q4_0, KIND_Q4, 8),
+    3: WeightFormat("Q4_1", 32, 20, unpack_q4_1, KIND_Q4),
     6: WeightFormat("Q5_0", 32, 22, unpack_q5_0),
     7: WeightFormat("Q5_1", 32, 24, unpack_q5_1),
     8: WeightFormat("Q8_0", 32, 34, unpack_q8_0),
     10: WeightFormat("Q2_K", 256, 84, unpack_q2_k),
     11: WeightFormat("Q3_K", 256, 110, unpack_q3_k),
-    12: WeightFormat("Q4_K", 256, 144, unpack_q4_k),
+    12: WeightFormat("Q4_K", 256, 144, unpack_q4_k, KIND_Q4),
     13: WeightFormat("Q5_K", 256, 176, unpack_q5_k),
     14: WeightFormat("Q6_K", 256, 210, unpack_q6_k),
     20: WeightFormat("IQ4_NL", 32, 18, unpack_iq4_nl),
