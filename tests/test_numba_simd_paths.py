@@ -20,17 +20,36 @@ import pytest
 pytest.importorskip("numba")
 pytest.importorskip("gguf.quants")
 import arm64_neon_checks as checks  # noqa: E402
-import arm64_neon_jit as jit  # noqa: E402
 import simd_reference  # noqa: E402
 from gguf import GGMLQuantizationType as QT  # noqa: E402
+from localinfer.backends.numba_cpu.dispatch import embed, project  # noqa: E402
 from localinfer.backends.numba_cpu.isa import (  # noqa: E402
     REQUIREMENTS,
     Isa,
     host_features,
     host_has_vnni256,
 )
+from localinfer.backends.numba_cpu.project_q8k import project_q8k  # noqa: E402
+from numba import njit  # noqa: E402
 
 BATCHES = (1, 3, 4, 5, 17)
+
+
+# not cache=True: a cached caller of the dispatch overloads reloaded in a later process
+# crashed on x86 (the kernels it calls are cached themselves, so compiling these is quick)
+@njit
+def run(isa, ws, x, qbuf, out):
+    project(isa, ws, 0, x, qbuf, out)
+
+
+@njit
+def run_q8k(isa, ws, x, qbuf, out):
+    project_q8k(isa, ws, 0, x, qbuf, out)
+
+
+@njit
+def lookup(isa, ws, tokens, out):
+    embed(isa, ws, tokens, out)
 
 
 def _path(name: str, vnni: bool | None, label: str):
@@ -65,20 +84,20 @@ def test_projection_and_embedding_equal_generic_for_every_batch(name, path):
     x = np.random.default_rng(5).standard_normal((max(BATCHES), cols)).astype(np.float32)
     x *= np.random.default_rng(6).uniform(0.1, 30, (len(x), 1)).astype(np.float32)
     isa, gen = Isa(*path), Isa("generic")
-    projections = (jit.run, jit.run_q8k) if name in checks.K_QUANTS else (jit.run,)
+    projections = (run, run_q8k) if name in checks.K_QUANTS else (run,)
     for n in BATCHES:
         qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]
-        for project in projections:
+        for proj in projections:
             want = np.zeros((n, rows), np.float32)
-            project(gen, generic_ws, x[:n].copy(), qbuf, want)
+            proj(gen, generic_ws, x[:n].copy(), qbuf, want)
             got = np.full((n, rows), np.nan, np.float32)
-            project(isa, tiles, x[:n].copy(), qbuf, got)
-            np.testing.assert_array_equal(got, want, err_msg=f"{n} rows, {project.__name__}")
+            proj(isa, tiles, x[:n].copy(), qbuf, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"{n} rows, {proj.py_func.__name__}")
     tokens = np.array([3, 0, 69, 17, 40], np.int64)
     want = np.zeros((len(tokens), cols), np.float32)
     got = np.full((len(tokens), cols), np.nan, np.float32)
-    jit.lookup(gen, generic_ws, tokens, want)
-    jit.lookup(isa, tiles, tokens, got)
+    lookup(gen, generic_ws, tokens, want)
+    lookup(isa, tiles, tokens, got)
     np.testing.assert_array_equal(got, want)
 
 
