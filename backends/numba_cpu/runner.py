@@ -12,6 +12,7 @@ from localinfer.backend import ModelRunner
 from localinfer.errors import InvalidRequestError, UnsupportedModelError
 
 from .compile_notice import CompileNotice
+from .thread_budget import ThreadBudget
 
 if TYPE_CHECKING:
     from localinfer.engine.batch import ScheduledBatch
@@ -60,6 +61,7 @@ class NumbaModelRunner(ModelRunner):
         self.threads = threads or physical_cores()
         self._numba_threads = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(self._numba_threads)
+        self._budget = ThreadBudget(self._numba_threads)
         config.check_tensors(gguf)
         c = config
         self.isa = resolve_isa(isa)
@@ -122,8 +124,9 @@ class NumbaModelRunner(ModelRunner):
         # numba's thread count belongs to the calling thread: the engine thread of the chat
         # and the server (EngineLoop) is not the one that built the runner, and would run
         # every kernel on all logical CPUs instead of `threads`
-        if numba.get_num_threads() != self._numba_threads:
-            numba.set_num_threads(self._numba_threads)
+        threads = self._budget.now()  # fewer while other processes keep cores busy
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
         n = batch.num_tokens
         if batch.block_size != self.block_size:
             raise InvalidRequestError(
