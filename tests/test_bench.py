@@ -43,6 +43,8 @@ def check_run(model: Path, out: Path) -> None:
         if key.startswith("aggregate"):
             assert m["ratio_vs_llamacpp_single"] > 0
     assert all(v > 0 for v in next(iter(doc["derived"].values())).values())
+    stream = doc["metrics"]["stream_tps"]  # what `run` shows: ours only
+    assert stream["localinfer"] > 0 and stream["llamacpp"] is None
     header = proc.stdout.splitlines()[1].split()
     assert header == ["metric", "localinfer", "llama.cpp", "ratio"]
     assert "pp512" in proc.stdout and "aggregate decode, 64 sequences" in proc.stdout

@@ -44,6 +44,8 @@ def metric_defs(plan: BenchPlan) -> list[Metric]:
         Metric("decode_tps_pos1000", f"decode tg{p.pos_tokens} at position {p.pos_prompt}",
                "tok/s", True, "single", "decode_tps_pos"),
     ]
+    defs.append(Metric("stream_tps", "decode as `run` streams it (sampled, detokenized)",
+                       "tok/s", True, "single", "stream_tps"))
     for n in p.agg_counts:
         label = f"aggregate decode, {n} sequence{'s' if n > 1 else ''}"
         defs.append(Metric(f"aggregate_tps_{n}", label, "tok/s", True, "batch",
