@@ -13,6 +13,7 @@ gq = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from localinfer.backends.numba_cpu import isa as isa_mod  # noqa: E402
 from localinfer.backends.numba_cpu.isa import Isa, host_features, resolve_isa  # noqa: E402
+from localinfer.backends.numba_cpu.kernels.attention_split import TILE_TOKENS  # noqa: E402
 
 from localinfer.errors import InvalidRequestError  # noqa: E402
 
@@ -236,7 +237,8 @@ def test_attention_matches_generic(path, start, n_tok, extra):
     ref = np.zeros((n_tok, n_heads * hd), np.float32)
     attention(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kg, vg, scale, ref)
     got = np.zeros_like(ref)
-    scratch = np.zeros((2, n_heads // n_kv, 2 * hd + n_blocks * bs + extra), np.float32)
+    scratch = np.zeros((2, TILE_TOKENS * (n_heads // n_kv), 2 * hd + n_blocks * bs + extra),
+                       np.float32)
     attend_fast(qkv[new], n_heads, n_kv, hd, pos[new], seq[new], table, bs, kt, vt, scale,
                 scratch, got)
     exact = _exact_attention(qkv[new], pos[new], n_heads, n_kv, hd, table[0], bs, kg, vg, scale)
@@ -248,6 +250,56 @@ def test_attention_matches_generic(path, start, n_tok, extra):
         attend_fast(qkv[row], n_heads, n_kv, hd, pos[row], seq[row], table, bs, kt, vt,
                     scale, scratch, one)
         np.testing.assert_array_equal(one[0], got[i])
+
+
+@pytest.mark.parametrize("path", ATTENTION)
+@pytest.mark.parametrize("window", [0, 40])
+def test_attention_tiles_equal_each_token_alone(path, window):
+    """A batch mixing two sequences' prefill runs (tiles of consecutive tokens sharing K / V
+    loads, cut at the sequence change and at a position gap) and decode tokens: every token's
+    output is bit for bit what it gets alone, and as close to exact attention as the generic
+    kernel's — with and without a sliding window."""
+    from localinfer.backends.numba_cpu.kernels.attention import attention, write_kv
+
+    write_fast, attend_fast = _attention_kernels(path)
+    n_heads, n_kv, hd, bs, n_blocks = 6, 2, 32, 16, 64
+    rng = np.random.default_rng(window + 5)
+    perm = rng.permutation(n_blocks).astype(np.int64)
+    tables = np.stack([perm[:32], perm[32:]])
+    # (sequence, positions): a 9-token run of A, a decode of B, a 6-token run of B that
+    # continues past a gap, and A's next token
+    plan = [(0, range(291, 300)), (1, range(150, 151)), (1, range(160, 166)), (0, range(300, 301))]
+    seq = np.array([s for s, ps in plan for _ in ps], np.int64)
+    pos = np.array([p for _, ps in plan for p in ps], np.int64)
+    n_tok = len(pos)
+    qkv_all = {s: rng.standard_normal((400, (n_heads + 2 * n_kv) * hd)).astype(np.float32)
+               for s in (0, 1)}
+    kg = np.zeros((n_blocks, bs, n_kv, hd), np.uint16)
+    vg = np.zeros_like(kg)
+    kt = np.zeros((n_blocks, n_kv, hd, bs), np.uint16)
+    vt = np.zeros((n_blocks, n_kv, bs, hd), np.uint16)
+    for s, last in ((0, 301), (1, 166)):  # every key up to each sequence's last position
+        ps = np.arange(last, dtype=np.int64)
+        slots = tables[s, ps // bs] * bs + ps % bs
+        write_kv(qkv_all[s][:last], n_heads * hd, (n_heads + n_kv) * hd, n_kv, hd, slots, bs,
+                 kg, vg)
+        write_fast(qkv_all[s][:last], n_heads, n_kv, hd, slots, bs, kt, vt)
+    qkv = np.stack([qkv_all[s][p] for s, p in zip(seq, pos, strict=True)])
+    scale = np.float32(hd**-0.5)
+    scratch = np.zeros((2, TILE_TOKENS * (n_heads // n_kv), 3 * hd + 4 + 512), np.float32)
+    got = np.zeros((n_tok, n_heads * hd), np.float32)
+    attend_fast(qkv, n_heads, n_kv, hd, pos, seq, tables, bs, kt, vt, scale, scratch, got,
+                window)
+    ref = np.zeros_like(got)
+    attention(qkv, n_heads, n_kv, hd, pos, seq, tables, bs, kg, vg, scale, ref, window)
+    for i in range(n_tok):
+        one = np.zeros((1, n_heads * hd), np.float32)
+        attend_fast(qkv[i:i + 1], n_heads, n_kv, hd, pos[i:i + 1], seq[i:i + 1], tables, bs,
+                    kt, vt, scale, scratch, one, window)
+        np.testing.assert_array_equal(one[0], got[i])
+        exact = _exact_attention(qkv[i:i + 1], pos[i:i + 1], n_heads, n_kv, hd, tables[seq[i]],
+                                 bs, kg, vg, scale, window)
+        assert np.abs(got[i] - exact).max() <= 2 * np.abs(ref[i] - exact).max() + 1e-6
 
 
 @pytest.mark.parametrize("path", ATTENTION)

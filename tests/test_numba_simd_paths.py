@@ -3,8 +3,8 @@ every ISA path this host runs — avx512 (16 lanes), avx2 with vpdpbusd ymm, avx
 vpmaddubsw pair, and generic as the reference: bit for bit the same outputs for every weight
 type the backend reads and batches of 1, 3, 4, 5 and 17 rows (the 1-row and 4-row passes, their
 mixes, and a batch long enough to split over threads).  NEON runs the same checks under qemu
-(tests/arm64_neon_checks.py via tests/test_neon_kernels.py).  Plus: the two P V variants of
-attention agree bit for bit (their choice per width is speed only), and each ISA's
+(tests/arm64_neon_checks.py via tests/test_neon_kernels.py).  Plus: attention's blocks of
+four query rows leave each row's bits unchanged, and each ISA's
 specialization of a kernel is cached on disk separately."""
 
 from __future__ import annotations
@@ -129,28 +129,48 @@ def test_quantize_and_swiglu_are_exact_for_every_batch(path):
 
 
 @pytest.mark.parametrize("path", [VECTOR[0], VECTOR[2]], ids=["16-lanes", "8-lanes"])
-def test_attention_pv_variants_agree(path):
-    """attention_pv.py keeps sixteen accumulators in registers at 16 lanes and four through
-    memory at 8: both sum each lane in position order from zero, so either width may take
-    either variant for the same bits (the choice is speed only)."""
-    from localinfer.backends.numba_cpu.kernels import attention_pv
-    from numba import njit
+def test_attention_row_blocks_do_not_change_a_row(path):
+    """attention_pv.py computes scores and P V in blocks of four query rows (a partial last
+    block repeats its last row): a row's bits are the same in a block of five rows as alone,
+    and zero probabilities outside a row's keys add nothing.  Both match float64."""
+    from localinfer.backends.numba_cpu.kernels.attention_pv import pv, qk_scores
 
     isa = Isa(*path)
     rng = np.random.default_rng(11)
-    group, hd, bs, n_blocks = 5, 64, 16, 6  # 5 heads: a partial group of four
-    scores = rng.standard_normal((group, n_blocks * bs)).astype(np.float32)
+    rows, hd, bs, n_blocks = 5, 64, 16, 6
+    q = rng.standard_normal((rows, hd)).astype(np.float16).astype(np.float32)
+    k_pool = rng.standard_normal((n_blocks, 2, hd, bs)).astype(np.float16).view(np.uint16)
     v_pool = rng.standard_normal((n_blocks, 2, bs, hd)).astype(np.float16).view(np.uint16)
     table = rng.permutation(n_blocks).astype(np.int64)
-    outs = []
-    for variant in (attention_pv._pv_in_registers, attention_pv._pv_per_block):
-        acc = np.full((group, hd), np.nan, np.float32)
-        # chunk from position 16 (block 1) to 83: a partial last block
-        njit(variant)(isa, scores, v_pool, table, 1, 1, 6, bs, 0, 83, acc)
-        outs.append(acc)
-    np.testing.assert_array_equal(outs[0], outs[1])
-    v = v_pool.view(np.float16).astype(np.float64)[table, 1].reshape(-1, hd)
-    np.testing.assert_allclose(outs[0], scores[:, 16:83] @ v[16:83], rtol=1e-4, atol=1e-4)
+    n = 16 if path[0] == "avx512" else 8
+    # chunk from position 0; score vectors of blocks 1..5, keys 16..82 (a partial last block)
+    v_lo, v_hi, c1 = 16 // n, (83 + n - 1) // n, 83
+    scale = np.float32(0.125)
+
+    def run(qrows, probs=None):
+        scores = np.full((len(qrows), n_blocks * bs), np.nan, np.float32)
+        qk_scores(isa, qrows, k_pool, table, 1, bs, 0, v_lo, v_hi, scale, scores)
+        acc = np.full((len(qrows), hd), np.nan, np.float32)
+        p = scores if probs is None else probs
+        pv(isa, np.ascontiguousarray(p), v_pool, table, 1, 1, 6, bs, 0, c1, acc)
+        return scores[:, 16:v_hi * n], acc
+
+    probs = rng.random((rows, n_blocks * bs)).astype(np.float32)
+    probs[:, :16] = 0.0
+    s_all, acc_all = run(q, probs)
+    for r in range(rows):
+        s_one, acc_one = run(q[r:r + 1], probs[r:r + 1])
+        np.testing.assert_array_equal(s_one[0], s_all[r])
+        np.testing.assert_array_equal(acc_one[0], acc_all[r])
+    kf = k_pool.view(np.float16).astype(np.float64)[table, 1].transpose(0, 2, 1).reshape(-1, hd)
+    vf = v_pool.view(np.float16).astype(np.float64)[table, 1].reshape(-1, hd)
+    np.testing.assert_allclose(s_all[:, :c1 - 16], (q @ kf[16:c1].T) * 0.125, rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(acc_all, probs[:, 16:c1] @ vf[16:c1], rtol=1e-4, atol=1e-4)
+    probs[2, 40:] = 0.0  # a row that sees fewer keys: the same as its keys alone
+    _, acc_cut = run(q, probs)
+    np.testing.assert_array_equal(acc_cut[[0, 1, 3, 4]], acc_all[[0, 1, 3, 4]])
+    np.testing.assert_allclose(acc_cut[2], probs[2, 16:40] @ vf[16:40], rtol=1e-4, atol=1e-4)
 
 
 def test_each_isa_caches_its_own_specialization(tmp_path):

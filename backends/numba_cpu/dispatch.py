@@ -35,7 +35,8 @@ def embed(isa, ws, tokens, out):
 def attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
            slot_mapping, k_pool, v_pool, scale, scratch, out, window):
     """Store this step's K/V (columns of qkv) into the pool, then causal GQA attention.
-    scratch: (threads, group, 3 head_dim + 4 + max_ctx) f32 per-thread memory (llama.make_buffers).
+    scratch: (threads, rows, 3 head_dim + 4 + max_ctx) f32 per-thread memory, rows >= group
+    (llama.make_buffers).
     window: 0, or the sliding window (keys a query sees, its own included)."""
 
 

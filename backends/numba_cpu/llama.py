@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from .dispatch import attend, embed, silu_mul
+from .kernels.attention_split import TILE_TOKENS
 from .kernels.elementwise import (
     add_bias,
     add_inplace,
@@ -44,11 +45,13 @@ def make_buffers(n_tokens: int, n_embd: int, n_heads: int, n_kv_heads: int, head
         np.zeros((n_tokens, n_ff), f32),  # swiglu output
         np.zeros((n_tokens, rope_dim // 2), f32),  # cos
         np.zeros((n_tokens, rope_dim // 2), f32),  # sin
-        # per thread, per query head of a GQA group: the generic kernel's Q, output and scores
-        # (2 head_dim + max_ctx); the vector kernels' Q, chunk state, merged state and chunk
-        # scores (3 head_dim + 4 + chunk <= max_ctx, kernels/attention_split.py) — the wider
-        # of the two, so even a pool of a few blocks leaves room for one whole chunk
-        np.zeros((threads, n_heads // n_kv_heads, 3 * head_dim + 4 + max_ctx), f32),
+        # per thread, per query row (the vector kernels' tiles: TILE_TOKENS tokens x the
+        # heads of a GQA group): the generic kernel's Q, output and scores (2 head_dim +
+        # max_ctx); the vector kernels' Q, chunk state, merged state and chunk scores
+        # (3 head_dim + 4 + chunk <= max_ctx, kernels/attention_split.py) — the wider of the
+        # two, so even a pool of a few blocks leaves room for one whole chunk
+        np.zeros((threads, TILE_TOKENS * (n_heads // n_kv_heads), 3 * head_dim + 4 + max_ctx),
+                 f32),
         (
             np.zeros((n_tokens, widest), np.int8),  # int8 activation codes
             np.zeros((n_tokens, widest // 32), f32),  # block scales

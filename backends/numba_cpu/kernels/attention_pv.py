@@ -1,130 +1,126 @@
-"""The P V product of one key chunk (kernels/attention_simd.py): acc (group, head_dim) =
-probabilities (group, chunk) @ the chunk's V rows, for the query heads of one kv head.
+"""The two products of one key chunk (kernels/attention_simd.py) for the query rows of a tile
+(its tokens x the query heads of one kv head), in register blocks of four query rows by two
+vectors, so eight independent FMA chains hide the instruction's latency and every K or V load
+feeds four rows:
 
-Each lane adds its products in position order from zero whichever variant runs, so both give
-the same bits; they differ in how many accumulators stay in registers, which is chosen for the
-width while typing (only that variant compiles):
-- 16 lanes (32 zmm registers): four heads x four vectors of dims in 16 registers while the
-  chunk's V rows stream past;
-- 8 lanes (16 ymm registers): four heads x one vector, through memory once per block (sixteen
-  accumulators would spill).
+    scores (rows, chunk) = Q K^T * scale      four rows x two position vectors
+    acc    (rows, hd)    = P V                four rows x two vectors of dims
+
+Each score is one FMA chain over the head dimensions in order, and each output lane adds its
+products in position order from zero, so a row's result does not depend on which block of
+four it fell in, on the other rows of the tile, or on positions where its probability is 0
+(0 * v adds nothing) — a token computes the same bits alone or in a prefill tile.  A row or
+vector index past the end repeats the last one: computed, stored first, then overwritten with
+the same value.
 """
 
 from __future__ import annotations
 
 from numba import njit
-from numba.extending import overload
 
-from ..simd.vectors import lanes, vload_f16, vload_f32, vsplat_f32, vstore_f32, vzero_f32, width
-from ..simd.vmath import vadd, vmul
-
-
-def pv(isa, scores, v_pool, table, g, b_lo, b_hi, block_size, c0, c1, acc):
-    """acc (group, head_dim) = sum over positions p of the chunk starting at c0 (blocks b_lo..
-    b_hi of table, keys before c1) of scores[h, p - c0] * V[p] (kv head g).  Positions before
-    the first visible key have probability 0 and are read anyway (whole blocks)."""
-
-
-@overload(pv, jit_options={"nogil": True})
-def _pv_for_width(isa, scores, v_pool, table, g, b_lo, b_hi, block_size, c0, c1, acc):
-    return _pv_in_registers if width(isa) == 16 else _pv_per_block
-
-
-def _pv_in_registers(isa, scores, v_pool, table, g, b_lo, b_hi, block_size, c0, c1, acc):
-    # a head or slice index past the end repeats the last one: computed, stored first,
-    # overwritten
-    group, head_dim = acc.shape
-    n = lanes(isa)
-    for h0 in range(0, group, 4):
-        h1 = min(h0 + 1, group - 1)
-        h2 = min(h0 + 2, group - 1)
-        h3 = min(h0 + 3, group - 1)
-        for d0 in range(0, head_dim, 4 * n):
-            d1 = min(d0 + n, head_dim - n)
-            d2 = min(d0 + 2 * n, head_dim - n)
-            d3 = min(d0 + 3 * n, head_dim - n)
-            a00 = vzero_f32(isa)
-            a01 = vzero_f32(isa)
-            a02 = vzero_f32(isa)
-            a03 = vzero_f32(isa)
-            a10 = vzero_f32(isa)
-            a11 = vzero_f32(isa)
-            a12 = vzero_f32(isa)
-            a13 = vzero_f32(isa)
-            a20 = vzero_f32(isa)
-            a21 = vzero_f32(isa)
-            a22 = vzero_f32(isa)
-            a23 = vzero_f32(isa)
-            a30 = vzero_f32(isa)
-            a31 = vzero_f32(isa)
-            a32 = vzero_f32(isa)
-            a33 = vzero_f32(isa)
-            for b in range(b_lo, b_hi):
-                vb = v_pool[table[b], g]  # (block_size, head_dim)
-                p0 = b * block_size - c0
-                for p in range(min(block_size, c1 - b * block_size)):
-                    v0 = vload_f16(isa, vb[p], d0)
-                    v1 = vload_f16(isa, vb[p], d1)
-                    v2 = vload_f16(isa, vb[p], d2)
-                    v3 = vload_f16(isa, vb[p], d3)
-                    a00, a01, a02, a03 = _axpy4(isa, scores[h0, p0 + p], v0, v1, v2, v3,
-                                                a00, a01, a02, a03)
-                    a10, a11, a12, a13 = _axpy4(isa, scores[h1, p0 + p], v0, v1, v2, v3,
-                                                a10, a11, a12, a13)
-                    a20, a21, a22, a23 = _axpy4(isa, scores[h2, p0 + p], v0, v1, v2, v3,
-                                                a20, a21, a22, a23)
-                    a30, a31, a32, a33 = _axpy4(isa, scores[h3, p0 + p], v0, v1, v2, v3,
-                                                a30, a31, a32, a33)
-            _store4(acc[h3], d0, d1, d2, d3, a30, a31, a32, a33)
-            _store4(acc[h2], d0, d1, d2, d3, a20, a21, a22, a23)
-            _store4(acc[h1], d0, d1, d2, d3, a10, a11, a12, a13)
-            _store4(acc[h0], d0, d1, d2, d3, a00, a01, a02, a03)
-
-
-@njit(nogil=True, inline="always")
-def _axpy4(isa, p, v0, v1, v2, v3, a0, a1, a2, a3):
-    """a_k + p * v_k for four slices of one head (p: its probability at this position)."""
-    s = vsplat_f32(isa, p)
-    return (vadd(a0, vmul(s, v0)), vadd(a1, vmul(s, v1)), vadd(a2, vmul(s, v2)),
-            vadd(a3, vmul(s, v3)))
+from ..simd.vectors import lanes, vload_f16, vload_f32, vsplat_f32, vstore_f32, vzero_f32
+from ..simd.vmath import vfma, vmul
 
 
 @njit(nogil=True)
-def _store4(row, d0, d1, d2, d3, a0, a1, a2, a3):
-    """Four slices of one head's output, the last first (a repeated slice keeps the value of
-    its first index)."""
-    vstore_f32(row, d3, a3)
-    vstore_f32(row, d2, a2)
-    vstore_f32(row, d1, a1)
-    vstore_f32(row, d0, a0)
-
-
-def _pv_per_block(isa, scores, v_pool, table, g, b_lo, b_hi, block_size, c0, c1, acc):
-    # four heads per V load; a head index past the group repeats the last head (stored
-    # first, overwritten)
-    group, head_dim = acc.shape
+def qk_scores(isa, qh, k_pool, table, g, block_size, c0, v_lo, v_hi, scale, scores):
+    """scores[r, v*lanes ...] = scale * q_r . K at the positions of score vectors v_lo..v_hi-1
+    (vector v holds positions c0 + v*lanes ...; block_size is a multiple of lanes).
+    qh (rows, hd) f32 holding f16 values; k_pool (n_blocks, n_kv, hd, block_size) f16 bits."""
     n = lanes(isa)
-    acc[:] = 0.0
+    rows, hd = qh.shape
+    sc = vsplat_f32(isa, scale)
+    for v in range(v_lo, v_hi, 2):
+        v1 = min(v + 1, v_hi - 1)
+        pa = c0 + v * n
+        pb = c0 + v1 * n
+        ka = k_pool[table[pa // block_size], g]  # (hd, block_size)
+        kb = k_pool[table[pb // block_size], g]
+        oa = pa % block_size
+        ob = pb % block_size
+        for r0 in range(0, rows, 4):
+            r1 = min(r0 + 1, rows - 1)
+            r2 = min(r0 + 2, rows - 1)
+            r3 = min(r0 + 3, rows - 1)
+            a0 = vzero_f32(isa)
+            a1 = vzero_f32(isa)
+            a2 = vzero_f32(isa)
+            a3 = vzero_f32(isa)
+            b0 = vzero_f32(isa)
+            b1 = vzero_f32(isa)
+            b2 = vzero_f32(isa)
+            b3 = vzero_f32(isa)
+            for j in range(hd):
+                x = vload_f16(isa, ka[j], oa)
+                y = vload_f16(isa, kb[j], ob)
+                q = vsplat_f32(isa, qh[r0, j])
+                a0 = vfma(q, x, a0)
+                b0 = vfma(q, y, b0)
+                q = vsplat_f32(isa, qh[r1, j])
+                a1 = vfma(q, x, a1)
+                b1 = vfma(q, y, b1)
+                q = vsplat_f32(isa, qh[r2, j])
+                a2 = vfma(q, x, a2)
+                b2 = vfma(q, y, b2)
+                q = vsplat_f32(isa, qh[r3, j])
+                a3 = vfma(q, x, a3)
+                b3 = vfma(q, y, b3)
+            _store2(isa, scores[r3], v * n, v1 * n, vmul(a3, sc), vmul(b3, sc))
+            _store2(isa, scores[r2], v * n, v1 * n, vmul(a2, sc), vmul(b2, sc))
+            _store2(isa, scores[r1], v * n, v1 * n, vmul(a1, sc), vmul(b1, sc))
+            _store2(isa, scores[r0], v * n, v1 * n, vmul(a0, sc), vmul(b0, sc))
+
+
+@njit(nogil=True, inline="always")
+def _store2(isa, row, ca, cb, a, b):
+    """Two vectors of one row, the second first (a repeated index keeps the first's value)."""
+    vstore_f32(row, cb, b)
+    vstore_f32(row, ca, a)
+
+
+@njit(nogil=True)
+def pv(isa, probs, v_pool, table, g, b_lo, b_hi, block_size, c0, c1, acc):
+    """acc (rows, hd) = sum over positions p of blocks b_lo..b_hi-1 of table, p < c1, of
+    probs[r, p - c0] * V[p] (kv head g); v_pool (n_blocks, n_kv, block_size, hd) f16 bits.
+    A row's positions outside its own keys must hold probability 0."""
+    n = lanes(isa)
+    rows, hd = acc.shape
+    for r in range(rows):
+        acc[r, :] = 0.0
     for b in range(b_lo, b_hi):
-        vb = v_pool[table[b], g]  # (block_size, head_dim)
+        vb = v_pool[table[b], g]  # (block_size, hd)
         n_here = min(block_size, c1 - b * block_size)
         p0 = b * block_size - c0
-        for h0 in range(0, group, 4):
-            h1 = min(h0 + 1, group - 1)
-            h2 = min(h0 + 2, group - 1)
-            h3 = min(h0 + 3, group - 1)
-            for c in range(0, head_dim, n):
-                a0 = vload_f32(isa, acc[h0], c)
-                a1 = vload_f32(isa, acc[h1], c)
-                a2 = vload_f32(isa, acc[h2], c)
-                a3 = vload_f32(isa, acc[h3], c)
+        for r0 in range(0, rows, 4):
+            r1 = min(r0 + 1, rows - 1)
+            r2 = min(r0 + 2, rows - 1)
+            r3 = min(r0 + 3, rows - 1)
+            for c in range(0, hd, 2 * n):
+                d = min(c + n, hd - n)
+                a0 = vload_f32(isa, acc[r0], c)
+                a1 = vload_f32(isa, acc[r1], c)
+                a2 = vload_f32(isa, acc[r2], c)
+                a3 = vload_f32(isa, acc[r3], c)
+                b0 = vload_f32(isa, acc[r0], d)
+                b1 = vload_f32(isa, acc[r1], d)
+                b2 = vload_f32(isa, acc[r2], d)
+                b3 = vload_f32(isa, acc[r3], d)
                 for p in range(n_here):
-                    vv = vload_f16(isa, vb[p], c)
-                    a0 = vadd(a0, vmul(vsplat_f32(isa, scores[h0, p0 + p]), vv))
-                    a1 = vadd(a1, vmul(vsplat_f32(isa, scores[h1, p0 + p]), vv))
-                    a2 = vadd(a2, vmul(vsplat_f32(isa, scores[h2, p0 + p]), vv))
-                    a3 = vadd(a3, vmul(vsplat_f32(isa, scores[h3, p0 + p]), vv))
-                vstore_f32(acc[h3], c, a3)
-                vstore_f32(acc[h2], c, a2)
-                vstore_f32(acc[h1], c, a1)
-                vstore_f32(acc[h0], c, a0)
+                    x = vload_f16(isa, vb[p], c)
+                    y = vload_f16(isa, vb[p], d)
+                    s = vsplat_f32(isa, probs[r0, p0 + p])
+                    a0 = vfma(s, x, a0)
+                    b0 = vfma(s, y, b0)
+                    s = vsplat_f32(isa, probs[r1, p0 + p])
+                    a1 = vfma(s, x, a1)
+                    b1 = vfma(s, y, b1)
+                    s = vsplat_f32(isa, probs[r2, p0 + p])
+                    a2 = vfma(s, x, a2)
+                    b2 = vfma(s, y, b2)
+                    s = vsplat_f32(isa, probs[r3, p0 + p])
+                    a3 = vfma(s, x, a3)
+                    b3 = vfma(s, y, b3)
+                _store2(isa, acc[r3], c, d, a3, b3)
+                _store2(isa, acc[r2], c, d, a2, b2)
+                _store2(isa, acc[r1], c, d, a1, b1)
+                _store2(isa, acc[r0], c, d, a0, b0)

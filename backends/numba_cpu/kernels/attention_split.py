@@ -9,7 +9,12 @@ whichever threads computed them, so its result depends on its own context only â
 batch, the thread count or the split; a context within one chunk is bit for bit the unsplit
 kernel's.
 
-Per-thread scratch row (one per query head of the GQA group), in columns:
+A row with no visible key in a chunk (a tile's earlier token, a chunk past its context) has
+l = 0 and is left out of the merge; merging into an empty state (m = -inf, l = 0) copies the
+part exactly, so a token's result is the same whether its first chunk starts the state or is
+merged into an empty one.
+
+Per-thread scratch row (one per query row: a tile's tokens x the GQA group's heads), in columns:
     [0, hd)                   Q rounded to f16
     [hd, 2hd + 2)             one chunk's (o, m, l)
     [2hd + 2, 2hd + 2 + C)    scores of one chunk, then its probabilities
@@ -25,6 +30,7 @@ from numba import njit
 CHUNK = 256  # keys per chunk: long enough to amortize a merge, short enough to balance threads
 SPLIT_ITEMS = 4  # split keys across threads when a step has fewer (token, kv head) items
 # than this many per thread
+TILE_TOKENS = 4  # consecutive tokens of one sequence whose query rows share each K / V load
 
 
 @njit(nogil=True)
@@ -57,10 +63,13 @@ def slot(scratch, u, tail, head_dim, per_thread):
 
 @njit(nogil=True)
 def merge(state, part, head_dim):
-    """state <- the softmax-weighted union of state and part, both (group, head_dim + 2)."""
+    """state <- the softmax-weighted union of state and part, both (rows, head_dim + 2);
+    rows whose part is empty (l = 0) keep their state."""
     for h in range(state.shape[0]):
         ms, ls = state[h, head_dim], state[h, head_dim + 1]
         mp, lp = part[h, head_dim], part[h, head_dim + 1]
+        if lp == 0.0:
+            continue
         m = max(ms, mp)
         a = ls * np.exp(np.float32(ms - m))
         b = lp * np.exp(np.float32(mp - m))

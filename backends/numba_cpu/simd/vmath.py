@@ -1,7 +1,8 @@
 """Element-wise arithmetic, conversions and reductions on the vectors of simd/vectors.py, each
 typed from its operands (any width, both operands the same type) and lowered to plain LLVM
 vector IR: fadd/fmul without fast-math flags (a lane computes what the scalar expression
-computes), llvm.maxnum / minnum / rint / fabs, and in-order reductions.
+computes), llvm.fma where one rounding is wanted, llvm.maxnum / minnum / rint / fabs, and
+in-order reductions.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ vsub_i32 = _binary(I32Vec, "sub")
 vmax = _llvm_f32("maxnum", True)
 vmin = _llvm_f32("minnum", True)
 vabs = _llvm_f32("fabs", False)
+
+
+@intrinsic
+def vfma(typingctx, a, b, c):
+    """a * b + c in one rounding (llvm.fma: vfmadd on avx2 / avx512, fmla on neon)."""
+    if not isinstance(a, F32Vec) or not a == b == c:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return call(builder, f"llvm.fma.v{a.lanes}f32", vec(a), list(args))
+    return a(a, a, a), codegen
 
 
 def _lanewise(src: type, dst: type | None, lower):
