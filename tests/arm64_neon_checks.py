@@ -100,7 +100,7 @@ def check_weight_type(name: str) -> None:
     generic_ws, tiles = stack([p]), stack_tiles([p])
     kind, zero, w, d, m, _ = tiles
     if name not in FLOATS:
-        np.testing.assert_array_equal(tile_dequantize(kind, zero[0], w[0], d[0], m[0], rows),
+        np.testing.assert_array_equal(tile_dequantize(kind.kind, zero[0], w[0], d[0], m[0], rows),
                                       p.dequantize())
     x = np.random.default_rng(2).standard_normal((n, cols)).astype(np.float32)
     qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -50,3 +53,37 @@ def test_q8k_path_only_for_k_quants(role_type: str, head_type: str, k_quants: bo
     if flags is not None:
         assert flags[:4].all() == (role_type == "Q4_K")
         assert flags[4, 0] == (head_type == "Q6_K")
+
+
+def test_a_tiled_projection_compiles_only_its_own_kind() -> None:
+    """A TileStack's kind is in its Numba type (tile_kind.py): projecting a 4-bit role
+    compiles matmul_tiles for 4-bit tiles only, and no float32 matmul — the 5- and 8-bit loops
+    wait for a model that has such roles.  (A fresh process: signatures accumulate.)"""
+    code = textwrap.dedent("""
+        import numpy as np
+        from gguf import GGMLQuantizationType as QT, quants
+        from numba import njit
+        from localinfer.backends.numba_cpu.dispatch import project
+        from localinfer.backends.numba_cpu.isa import Isa
+        from localinfer.backends.numba_cpu.kernels.matmul import matmul_f32
+        from localinfer.backends.numba_cpu.kernels.matmul_tiles import matmul_tiles
+        from localinfer.backends.numba_cpu.llama import make_buffers
+        from localinfer.backends.numba_cpu.quants import unpack_tensor
+        from localinfer.backends.numba_cpu.weights import stack_tiles
+
+        @njit
+        def run(isa, ws, x, qbuf, out):
+            project(isa, ws, 0, x, qbuf, out)
+
+        w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+        raw = quants.quantize(w, QT.Q4_0).reshape(-1)
+        ws = stack_tiles([unpack_tensor("w", int(QT.Q4_0), "Q4_0", raw, (64, 32))])
+        x = np.ones((2, 64), np.float32)
+        run(Isa("avx2"), ws, x, make_buffers(2, 64, 1, 1, 64, 64, 2)[-1],
+            np.zeros((2, 32), np.float32))
+        print(sorted(str(sig[1]) for sig in matmul_tiles.signatures), len(matmul_f32.signatures))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["['TileKind(4)']", "0"]

@@ -35,8 +35,9 @@ REQUANT = [QT.Q2_K, QT.Q6_K]
 NEW = EXACT + F16_SCALES + REQUANT
 ALL = [QT.F32, QT.F16, QT.Q4_0, QT.Q4_1, QT.Q8_0, *NEW]
 # byte offsets of each block's f16 fields (scales and mins)
-F16_AT = {QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.IQ4_NL: (0,), QT.IQ4_XS: (0,), QT.Q2_K: (80, 82),
-          QT.Q3_K: (108,), QT.Q4_K: (0, 2), QT.Q5_K: (0, 2), QT.Q6_K: (208,)}
+F16_AT = {QT.Q4_0: (0,), QT.Q4_1: (0, 2), QT.Q5_0: (0,), QT.Q5_1: (0, 2), QT.IQ4_NL: (0,),
+          QT.IQ4_XS: (0,), QT.Q2_K: (80, 82), QT.Q3_K: (108,), QT.Q4_K: (0, 2),
+          QT.Q5_K: (0, 2), QT.Q6_K: (208,)}
 native = pytest.mark.skipif(resolve_isa("auto") != "avx512", reason="host lacks AVX-512 VNNI")
 ids = {"ids": lambda t: t.name}
 
@@ -193,7 +194,7 @@ def test_tiled_path_equals_generic_bit_for_bit(qtype):
     tiles = stack_tiles([p])
     kind, zero, w, d, m, wf = tiles
     if qtype != QT.BF16:
-        np.testing.assert_array_equal(tile_dequantize(kind, zero[0], w[0], d[0], m[0], rows),
+        np.testing.assert_array_equal(tile_dequantize(kind.kind, zero[0], w[0], d[0], m[0], rows),
                                       p.dequantize())
     x = np.random.default_rng(61).standard_normal((n, cols)).astype(np.float32)
     qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]
@@ -230,7 +231,7 @@ def test_k_quant_rows_must_hold_whole_super_blocks():
         unpack_tensor("w", int(QT.Q4_K), "Q4_K", np.zeros(144, np.uint8), (288, 1))
 
 
-@pytest.mark.parametrize("qtype", [QT.Q5_0, QT.Q3_K, QT.Q4_K, QT.IQ4_XS], **ids)
+@pytest.mark.parametrize("qtype", [QT.IQ4_NL, QT.Q3_K, QT.Q4_K, QT.IQ4_XS], **ids)
 def test_row_chunks_stack_to_the_whole(qtype, monkeypatch):
     from localinfer.backends.numba_cpu.quants import blocks
 
@@ -240,3 +241,38 @@ def test_row_chunks_stack_to_the_whole(qtype, monkeypatch):
     parts = unpack(raw, qtype, 11, 512)
     assert parts.kind == whole.kind
     np.testing.assert_array_equal(parts.dequantize(), whole.dequantize())
+
+
+def test_five_bit_roles_stay_five_bit_in_tiles():
+    """Q5_0 / Q5_1 keep 5 bits a code in the tiles (5/8 of the 8-bit tiles' weight bytes, the
+    file's size in all), every code pattern round-trips through the tile layout, and merged
+    matrices take 5 bits only where the zeros agree (Q4_1 / Q4_K next to Q5_1: fifth bits 0;
+    Q4_0 or Q4_1 next to Q5_0: 8 bits)."""
+    from localinfer.backends.numba_cpu.quants import KIND_Q5, KIND_Q8, concat_rows
+    from localinfer.backends.numba_cpu.quants.tiles import tile_dequantize
+    from localinfer.backends.numba_cpu.weights import stack_tiles
+
+    rows, cols = 70, 512
+    raw = {q: random_blocks(q, rows, cols, seed=80)
+           for q in (QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_0, QT.Q5_1)}
+    packed = {q: unpack(r, q, rows, cols) for q, r in raw.items()}
+    for q in (QT.Q5_0, QT.Q5_1):
+        p = packed[q]
+        assert p.kind == KIND_Q5
+        kind, zero, w, d, m, _ = stack_tiles([p])
+        assert kind.kind == KIND_Q5 and zero[0] == (16 if q == QT.Q5_0 else 0)
+        np.testing.assert_array_equal(tile_dequantize(KIND_Q5, zero[0], w[0], d[0], m[0], rows),
+                                      reference(raw[q], q, rows, cols))
+        wide = stack_tiles([p.to_kind(KIND_Q8)])
+        assert w.nbytes * 8 == wide[2].nbytes * 5
+        # codes, scales and (Q5_1) mins: the file's bytes for the rows padded to whole tiles
+        padded = -(-rows // 16) * 16
+        assert w.nbytes + d.nbytes + m.nbytes == GGML_QUANT_SIZES[q][1] * padded * cols // 32
+    for other, q5, kind in [(QT.Q4_1, QT.Q5_1, KIND_Q5), (QT.Q4_K, QT.Q5_1, KIND_Q5),
+                            (QT.Q4_0, QT.Q5_0, KIND_Q8), (QT.Q4_1, QT.Q5_0, KIND_Q8)]:
+        merged = concat_rows([packed[other], packed[q5]])
+        assert merged.kind == kind, (other.name, q5.name)
+        np.testing.assert_array_equal(merged.dequantize(), np.concatenate(
+            [packed[other].dequantize(), packed[q5].dequantize()]))
+        stacked = stack_tiles([packed[other], packed[q5]])
+        assert stacked[0].kind == kind

@@ -17,7 +17,7 @@ from localinfer.backends.numba_cpu.kernels.attention_split import TILE_TOKENS  #
 
 from localinfer.errors import InvalidRequestError  # noqa: E402
 
-QUANTS = [QT.Q4_0, QT.Q4_1, QT.Q8_0]
+QUANTS = [QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
 native = pytest.mark.skipif(resolve_isa("auto") != "avx512", reason="host lacks AVX-512 VNNI")
 
 
@@ -92,7 +92,7 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     p, ref = packed(qtype, rows, cols, seed=1)
     tiles = stack_tiles([p])
     kind, zero, w, d, m, _ = tiles
-    np.testing.assert_array_equal(tile_dequantize(kind, zero[0], w[0], d[0], m[0], rows), ref)
+    np.testing.assert_array_equal(tile_dequantize(kind.kind, zero[0], w[0], d[0], m[0], rows), ref)
     x = np.random.default_rng(2).standard_normal((n, cols)).astype(np.float32)
     qbuf = make_buffers(n, cols, 1, 1, cols, cols, 2)[-1]
     generic = np.zeros((n, rows), np.float32)
@@ -118,13 +118,15 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
 @pytest.mark.parametrize("path", VECTOR)
 def test_matmul_uses_the_dot_product_instructions(path):
     from localinfer.backends.numba_cpu.kernels.matmul_tiles import matmul_tiles
+    from localinfer.backends.numba_cpu.quants.packed import KIND_Q4
+    from localinfer.backends.numba_cpu.tile_kind import TileKind
     from numba import njit
 
     w = np.zeros((2, 1, 256), np.uint8)
     d = np.zeros((2, 1, 16), np.uint16)
     xq = np.zeros((5, 32), np.int8)
     xf = np.zeros((5, 1), np.float32)
-    args = (Isa(*path), True, 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
+    args = (Isa(*path), TileKind(KIND_Q4), 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
             np.zeros((5, 32), np.float32))
     fresh = njit(parallel=True)(matmul_tiles.py_func)  # cached code has no asm to inspect
     fresh(*args)

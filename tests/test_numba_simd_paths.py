@@ -201,14 +201,22 @@ def test_each_isa_caches_its_own_specialization(tmp_path):
 
 @pytest.mark.parametrize("path", VECTOR)
 @pytest.mark.parametrize("code", [-128, -127, 127])
-def test_four_bit_sums_at_their_bounds_are_exact(path, code):
-    """The largest 4-bit block sums (every code 15 against activations all -128, -127 or 127:
-    |sum| up to 61440 per block) come out exact on every path — on the AVX2 pair the products
-    are summed in int16 within a block (simd/dot.py vdot4_part), whose bound this is."""
+@pytest.mark.parametrize("bits", [4, 5])
+def test_four_and_five_bit_sums_at_their_bounds_are_exact(path, code, bits):
+    """The largest 4- and 5-bit block sums (every code 15 or 31 against activations all -128,
+    -127 or 127: |sum| up to 126976 per block) come out exact on every path, in the 1-row and
+    the 4-row passes — on the AVX2 pair the products are summed in int16 within a block
+    (simd/dot.py vdot4_part: eight groups of 4-bit codes, four of 5-bit ones), whose bounds
+    these are."""
     from localinfer.backends.numba_cpu.kernels.matmul_tiles import matmul_tiles
+    from localinfer.backends.numba_cpu.quants.packed import KIND_Q4, KIND_Q5
+    from localinfer.backends.numba_cpu.quants.tiles import tile_bytes
+    from localinfer.backends.numba_cpu.tile_kind import TileKind
 
     tiles, nb, n = 2, 3, 5
-    w = np.full((tiles, nb, 256), 0xFF, np.uint8)  # both nibbles of every byte: code 15
+    # both nibbles of every byte 15 and, for 5 bits, every fifth bit of the plane set: 31
+    kind = KIND_Q4 if bits == 4 else KIND_Q5
+    w = np.full((tiles, nb, tile_bytes(kind)), 0xFF, np.uint8)
     d = np.full((tiles, nb, 16), 0x3C00, np.uint16)  # f16 1.0
     m = np.zeros((0, 0, 0), np.uint16)
     xq = np.full((n, 32 * nb), code, np.int8)
@@ -216,5 +224,5 @@ def test_four_bit_sums_at_their_bounds_are_exact(path, code):
     xi = np.full((n, nb), 32 * code, np.int32)
     xs = np.zeros((n, nb), np.float32)
     out = np.full((n, 16 * tiles), np.nan, np.float32)
-    matmul_tiles(Isa(*path), True, np.int64(0), w, d, m, xq, xd, xi, xs, out)
-    np.testing.assert_array_equal(out, np.float32(nb * 15 * 32 * code))
+    matmul_tiles(Isa(*path), TileKind(kind), np.int64(0), w, d, m, xq, xd, xi, xs, out)
+    np.testing.assert_array_equal(out, np.float32(nb * (2**bits - 1) * 32 * code))

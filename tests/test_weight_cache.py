@@ -15,7 +15,12 @@ from gguf_factory import QT, write_tiny_gemma3, write_tiny_llama
 pytest.importorskip("numba")
 
 from localinfer.backends.numba_cpu.isa import resolve_isa  # noqa: E402
-from localinfer.backends.numba_cpu.quants import FORMATS, KIND_Q4, unpack_tensor  # noqa: E402
+from localinfer.backends.numba_cpu.quants import (  # noqa: E402
+    FORMATS,
+    KIND_Q4,
+    KIND_Q5,
+    unpack_tensor,
+)
 
 from localinfer import paths, weight_cache  # noqa: E402
 from localinfer.engine.batch import ScheduledBatch  # noqa: E402
@@ -231,5 +236,5 @@ def test_formats_name_the_layout_their_unpack_returns(ggml_type):
         raw[:] = 0
     p = unpack_tensor("t", ggml_type, fmt.name, raw, (cols, rows))
     assert p.kind == fmt.kind
-    if p.kind == KIND_Q4:
+    if p.kind in (KIND_Q4, KIND_Q5):
         assert p.zero == fmt.zero

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from localinfer import weight_cache
 
 from . import SOURCE_DIGEST
+from .tile_kind import TileKind
 from .weights import LlamaWeights
 
 if TYPE_CHECKING:
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from .gemma3 import Gemma3Weights
 
 # bump when the stored layout changes in a way the source digest would not catch
-LAYOUT_VERSION = 1
+# (2: Q5_0 / Q5_1 roles in 5-bit tiles, TileStack kinds as TileKind)
+LAYOUT_VERSION = 2
 
 
 def load_weights(g: GGUFFile, config: ModelConfig, tiled: bool
@@ -39,5 +41,5 @@ def load_weights(g: GGUFFile, config: ModelConfig, tiled: bool
     family = f"{config.arch}-{'tiles' if tiled else 'stack'}"
     weights, hit = weight_cache.load_or_build(
         g.path, family, f"v{LAYOUT_VERSION}-{SOURCE_DIGEST}",
-        lambda: cls.load(g, config, tiled=tiled), classes)
+        lambda: cls.load(g, config, tiled=tiled), (*classes, TileKind))
     return weights, hit

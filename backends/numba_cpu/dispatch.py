@@ -3,7 +3,8 @@ the IsaType the step receives (isa.py), so llama.py wires one forward pass for e
 
 Weight stacks differ per path (weights.py): the generic path reads WeightStack 7-tuples
 (quants/packed.py layouts), the vector paths TileStack 6-tuples (quants/tiles.py layout, which
-the 8-lane paths read as two 8-row halves per tile) and the same transposed KV layout.  The
+the 8-lane paths read as two 8-row halves per tile) and the same transposed KV layout.  A
+TileStack's kind is in its type (tile_kind.py), so a role compiles only its own kernel.  The
 vector kernels exist once each (kernels/*_simd.py, matmul_tiles.py) and take the IsaType
 first: its lane count sets their width and, for the byte dot products, its name and vnni flag
 the instruction (simd/dot.py: vpdpbusd zmm / ymm, the vpmaddubsw pair, or SDOT on neon).
@@ -18,10 +19,12 @@ from .kernels.attention import attention, write_kv
 from .kernels.attention_simd import attention_simd, write_kv_simd
 from .kernels.elementwise import swiglu
 from .kernels.elementwise_simd import quantize_rows_simd, swiglu_simd
+from .kernels.embed_tiles import embed_tiles
 from .kernels.matmul import matmul_f32
-from .kernels.matmul_tiles import embed_tiles, matmul_tiles
+from .kernels.matmul_tiles import matmul_tiles
 from .linear import embed_rows, linear
-from .quants.packed import KIND_F32, KIND_Q4
+from .quants.packed import KIND_F32
+from .tile_kind import stack_kind
 
 
 def project(isa, ws, layer, x, qbuf, out):
@@ -67,11 +70,13 @@ def _project(isa, ws, layer, x, qbuf, out):
             linear(ws, layer, x, qbuf, out)
         return generic
 
+    if stack_kind(ws) == KIND_F32:  # known while typing (tile_kind.py): one kernel per kind
+        def floats(isa, ws, layer, x, qbuf, out):
+            matmul_f32(ws[5][layer], x, out)
+        return floats
+
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
-        if kind == KIND_F32:
-            matmul_f32(wf[layer], x, out)
-            return
         n_tokens, cols = x.shape
         nb = cols // 32
         xq = qbuf[0][:n_tokens]
@@ -79,8 +84,7 @@ def _project(isa, ws, layer, x, qbuf, out):
         xi = qbuf[2][:n_tokens, :nb]
         xs = qbuf[3][:n_tokens, :nb]
         quantize_rows_simd(isa, x, xq[:, :cols], xd, xi, xs)
-        matmul_tiles(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd,
-                     xi, xs, out)
+        matmul_tiles(isa, kind, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs, out)
     return tiled
 
 
@@ -93,13 +97,15 @@ def _embed(isa, ws, tokens, out):
             embed_rows(ws, tokens, out)
         return generic
 
+    if stack_kind(ws) == KIND_F32:
+        def floats(isa, ws, tokens, out):
+            for i in range(tokens.shape[0]):
+                out[i, :] = ws[5][0, tokens[i]]
+        return floats
+
     def tiled(isa, ws, tokens, out):
         kind, zero, w, d, m, wf = ws
-        if kind == KIND_F32:
-            for i in range(tokens.shape[0]):
-                out[i, :] = wf[0, tokens[i]]
-        else:
-            embed_tiles(kind == KIND_Q4, zero[0], w[0], d[0], m[0], tokens, out)
+        embed_tiles(kind, zero[0], w[0], d[0], m[0], tokens, out)
     return tiled
 
 

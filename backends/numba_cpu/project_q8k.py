@@ -15,6 +15,7 @@ from .kernels.matmul import matmul_f32, matmul_q4, matmul_q8
 from .kernels.matmul_tiles import matmul_tiles
 from .kernels.quantize_q8k import quantize_rows_q8k
 from .quants.packed import KIND_F32, KIND_Q4
+from .tile_kind import stack_kind
 
 
 def project_q8k(isa, ws, layer, x, qbuf, out):
@@ -45,11 +46,13 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
                 matmul_q8(q[layer], d[layer], m[layer], xq, xd, xs, out)
         return generic
 
+    if stack_kind(ws) == KIND_F32:  # known while typing, as in dispatch.project
+        def floats(isa, ws, layer, x, qbuf, out):
+            matmul_f32(ws[5][layer], x, out)
+        return floats
+
     def tiled(isa, ws, layer, x, qbuf, out):
         kind, zero, w, d, m, wf = ws
-        if kind == KIND_F32:
-            matmul_f32(wf[layer], x, out)
-            return
         n_tokens, cols = x.shape
         nb = cols // 32
         xq = qbuf[0][:n_tokens]
@@ -57,8 +60,7 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
         xi = qbuf[2][:n_tokens, :nb]
         xs = qbuf[3][:n_tokens, :nb]
         quantize_rows_q8k(x, xq[:, :cols], xd, xi, xs)
-        matmul_tiles(isa, kind == KIND_Q4, zero[layer], w[layer], d[layer], m[layer], xq, xd,
-                     xi, xs, out)
+        matmul_tiles(isa, kind, zero[layer], w[layer], d[layer], m[layer], xq, xd, xi, xs, out)
     return tiled
 
 

@@ -5,11 +5,13 @@ pass computes both halves of SwiGLU), wdown, plus the token embedding, the outpu
 embedding itself when tied) and the norm weights.  Stacking lets one jitted call run every
 layer.  Each role is handed to Numba as a WeightStack tuple
     (kind, nib, q, d, m, zero, w)
-with kind from quants.packed and the arrays of the other kinds left empty.  The avx512 path
-reads TileStack tuples instead (quants/tiles.py layout):
+with kind from quants.packed and the arrays of the other kinds left empty; the generic kernels
+read 5-bit roles as KIND_Q8 (stack converts them, exactly).  The vector paths read TileStack
+tuples instead (quants/tiles.py layout):
     (kind, zero, w, d, m, wf)
-zero (n_layers,) int64 code offsets (Q4_0: 8, Q4_1: 0, Q8: 128), w/d/m per layer tiles, wf the
-float32 matrices of a KIND_F32 role.
+kind a TileKind (tile_kind.py: the kind in the Numba type, so each role compiles only its own
+kernel), zero (n_layers,) int64 code offsets (Q4_0: 8, Q4_1: 0, Q5_0: 16, Q8: 128), w/d/m per
+layer tiles, wf the float32 matrices of a KIND_F32 role.
 """
 
 from __future__ import annotations
@@ -20,9 +22,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .quants import KIND_F32, KIND_Q4, KIND_Q8, Packed, concat_rows, format_for, unpack_tensor
-from .quants.packed import WIDTH
+from .quants import (
+    KIND_F32,
+    KIND_Q4,
+    KIND_Q5,
+    KIND_Q8,
+    Packed,
+    concat_rows,
+    format_for,
+    unpack_tensor,
+)
+from .quants.packed import NIBBLE_KINDS, WIDTH, common_kind
 from .quants.tiles import TILE_ROWS, tile_bytes, to_tiles
+from .tile_kind import TileKind
 
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile
@@ -38,9 +50,12 @@ def load_packed(g: GGUFFile, name: str) -> Packed:
 
 def stack(layers: Sequence[Packed], kind: int | None = None) -> WeightStack:
     """Per-layer matrices of one role -> WeightStack with a leading layer axis.  With `kind`
-    given (LazyLayers.kind) each layer is read once, as the loop reaches it."""
+    given (LazyLayers.kind) each layer is read once, as the loop reaches it.  KIND_Q5 is
+    stored as KIND_Q8: the generic kernels have no 5-bit loop, and the conversion is exact."""
     if kind is None:
         kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
+    if kind == KIND_Q5:
+        kind = KIND_Q8
     n = len(layers)
     first = layers[0]
     rows, cols, nb = first.rows, first.cols, first.cols // 32
@@ -76,9 +91,8 @@ def stack_tiles(layers: Sequence[Packed], kind: int | None = None) -> tuple:
     """Per-layer matrices of one role -> TileStack with a leading layer axis (`kind`: as in
     stack)."""
     if kind is None:
-        kind = max((p.kind for p in layers), key=WIDTH.__getitem__)
-        if kind == KIND_Q4 and len({p.zero for p in layers}) > 1:
-            kind = KIND_Q8
+        kind = common_kind([p.kind for p in layers],
+                           {p.zero for p in layers if p.kind in NIBBLE_KINDS})
     n, first = len(layers), layers[0]
     tiles, nb = -(-first.rows // TILE_ROWS), first.cols // 32
     zero = np.zeros(n, np.int64)
@@ -103,21 +117,22 @@ def stack_tiles(layers: Sequence[Packed], kind: int | None = None) -> tuple:
             t = slice(r // TILE_ROWS, -(-min(r + TILE_CHUNK, p.rows) // TILE_ROWS))
             w[i, t], d[i, t], m[i, t] = to_tiles(row_slice(p, r, r + TILE_CHUNK))
         any_m = any_m or bool(np.any(m[i]))
-        zero[i] = p.zero if kind == KIND_Q4 else 128
+        zero[i] = p.zero if kind in NIBBLE_KINDS else 128
     if kind != KIND_F32 and not any_m:  # no mins anywhere: the kernels skip m when it is empty
         m = np.empty((n, 0, 0, 0), np.uint16)
-    return (kind, zero, w, d, m, wf)
+    return (TileKind(kind), zero, w, d, m, wf)
 
 
 TILE_CHUNK = 256 * TILE_ROWS  # rows tiled at a time
 
 
 def row_slice(p: Packed, start: int, stop: int) -> Packed:
-    """Rows start..stop of a KIND_Q4 / KIND_Q8 matrix (views, no copy)."""
+    """Rows start..stop of a KIND_Q4 / KIND_Q5 / KIND_Q8 matrix (views, no copy)."""
     rows = slice(start, stop)
     return Packed(p.kind, len(range(p.rows)[rows]), p.cols,
                   nib=None if p.nib is None else p.nib[rows],
-                  q=None if p.q is None else p.q[rows], d=p.d[rows], m=p.m[rows], zero=p.zero)
+                  q=None if p.q is None else p.q[rows], d=p.d[rows], m=p.m[rows], zero=p.zero,
+                  qh=None if p.qh is None else p.qh[rows])
 
 
 class LazyLayers(Sequence[Packed]):
@@ -138,14 +153,14 @@ class LazyLayers(Sequence[Packed]):
 
     def kind(self, tiled: bool) -> int:
         """The kind stack / stack_tiles would pick from the unpacked layers, from the tensor
-        types alone (quants.FORMATS): the widest, and 8 bits for 4-bit codes with different
-        zeros merged into one matrix (concat_rows) or, in tiles, one stack."""
+        types alone (quants.FORMATS): the widest, and 8 bits for 4- or 5-bit codes with
+        different zeros merged into one matrix (concat_rows) or, in tiles, one stack."""
         formats = [[format_for(n, self.g.tensors[n].ggml_type, self.g.tensors[n].type_name)
                     for n in layer] for layer in self.names]
         kind = max((f.kind for layer in formats for f in layer), key=WIDTH.__getitem__)
-        zeros = [{f.zero for f in layer} for layer in formats]
-        if kind == KIND_Q4 and (any(len(z) > 1 for z in zeros) or
-                                (tiled and len(set().union(*zeros)) > 1)):
+        zeros = [{f.zero for f in layer if f.kind in NIBBLE_KINDS} for layer in formats]
+        if kind in NIBBLE_KINDS and (any(len(z) > 1 for z in zeros) or
+                                     (tiled and len(set().union(*zeros)) > 1)):
             kind = KIND_Q8
         return kind
 

@@ -10,10 +10,17 @@ scalar formula of kernels/matmul.py:
 with the same operation order and no fast-math, so every output equals the generic path's bit
 for bit, and a row's result does not depend on how many rows share the call.
 
+The weight kind (a TileKind, tile_kind.py) is part of the Numba type, so each kind compiles
+its own kernel with one loop, and a model compiles only the kinds it has: 4-bit codes (KIND_Q4),
+5-bit codes (KIND_Q5: a group's nibbles joined with its fifth bits, simd/dot.py vfifth) and
+128-offset bytes (KIND_Q8).  4- and 5-bit codes meet the activations in the same unsigned byte
+dot products; the kernel subtracts zero * xsum per block, which makes the integer sums those of
+the generic path's (code - zero) * x.
+
 Batched steps take activation rows four at a time: each weight group is loaded and unpacked
-once and used by four rows (_isum4, whose chains per row depend on the width).  One prange
-over tile parts; a tile's weights (a few KB) stay in L1 while every group of rows passes over
-them, and the first pass prefetches the next tile.
+once and used by four rows (_isum4, whose chains per row depend on the width and kind).  One
+prange over tile parts; a tile's weights (a few KB) stay in L1 while every group of rows
+passes over them, and the first pass prefetches the next tile.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import overload
 
+from ..quants.packed import KIND_Q5, KIND_Q8
 from ..quants.tiles import TILE_ROWS
-from ..simd.dot import q8_offset, vdot4_part, vdot_q8, vdpbusd, vnib_hi, vnib_lo, vwiden
+from ..simd.dot import q8_offset, vdot4_part, vdot_q8, vfifth, vnib_hi, vnib_lo, vwiden
 from ..simd.prefetch import prefetch
 from ..simd.vectors import (
     lanes,
@@ -39,7 +47,7 @@ from ..simd.vectors import (
     width,
 )
 from ..simd.vmath import vadd, vadd_i32, vcvt_f32, vmul, vsub_i32
-from .f16 import f16_value
+from ..tile_kind import TileKindType, kind_of
 
 
 @njit(nogil=True)
@@ -53,52 +61,56 @@ def _accumulate(isa, acc, isum, dw, mw, has_m, zero, xd, xi, xs):
 
 
 @njit(nogil=True)
-def _group(isa, q4, w, wo, k):
-    """Weight codes of group k (elements 4k..4k+3 of the part's rows; k < 8) of one block."""
-    if q4:
-        g = vload_bytes(isa, w, wo + 64 * (k % 4))
-        return vnib_lo(g) if k < 4 else vnib_hi(g)
-    return vload_bytes(isa, w, wo + 64 * k)
+def _group(isa, kind, w, wo, k):
+    """Weight codes of group k (elements 4k..4k+3 of the part's rows; k < 8) of one block;
+    kind_of(kind) is a constant, so only one branch is left."""
+    if kind_of(kind) == KIND_Q8:
+        return vload_bytes(isa, w, wo + 64 * k)
+    g = vload_bytes(isa, w, wo + 64 * (k % 4))
+    nib = vnib_lo(g) if k < 4 else vnib_hi(g)
+    if kind_of(kind) == KIND_Q5:  # the fifth bits: the plane after the four nibble groups
+        return vfifth(nib, vload_bytes(isa, w, wo + 256), k)
+    return nib
 
 
 @njit(nogil=True)
-def _dot(isa, q4, acc, g, x):
-    return vdpbusd(isa, acc, g, x) if q4 else vdot_q8(isa, acc, g, x)
+def _part_dot(isa, kind, acc, g, x):
+    """acc + the byte dot products of weight codes g and activation codes x, where 4- and
+    5-bit products may stay partial sums of one block (simd/dot.py: at most eight groups of
+    4-bit codes per chain, four of 5-bit ones, before _widen)."""
+    if kind_of(kind) == KIND_Q8:
+        return vdot_q8(isa, acc, g, x)
+    return vdot4_part(isa, acc, g, x)
 
 
 @njit(nogil=True)
-def _part_dot(isa, q4, acc, g, x):
-    """_dot, where 4-bit products may stay partial sums of one block (simd/dot.py)."""
-    return vdot4_part(isa, acc, g, x) if q4 else vdot_q8(isa, acc, g, x)
+def _widen(isa, kind, part):
+    return part if kind_of(kind) == KIND_Q8 else vwiden(isa, part)
 
 
 @njit(nogil=True)
-def _widen(isa, q4, part):
-    return vwiden(isa, part) if q4 else part
-
-
-@njit(nogil=True)
-def _isum1(isa, q4, w, wo, xq, xo):
+def _isum1(isa, kind, w, wo, xq, xo):
     """One block, one activation row: int32 sums of weight codes x activation codes, in two
-    chains for latency."""
+    chains (of four groups each, within vdot4_part's bound for 5-bit codes) for latency."""
     lo = vzero_i32(isa)
     hi = vzero_i32(isa)
     for k in range(4):
-        lo = _part_dot(isa, q4, lo, _group(isa, q4, w, wo, k), vbcast4(isa, xq, xo + 4 * k))
-        hi = _part_dot(isa, q4, hi, _group(isa, q4, w, wo, k + 4),
+        lo = _part_dot(isa, kind, lo, _group(isa, kind, w, wo, k), vbcast4(isa, xq, xo + 4 * k))
+        hi = _part_dot(isa, kind, hi, _group(isa, kind, w, wo, k + 4),
                        vbcast4(isa, xq, xo + 16 + 4 * k))
-    return vadd_i32(_widen(isa, q4, lo), _widen(isa, q4, hi))
+    return vadd_i32(_widen(isa, kind, lo), _widen(isa, kind, hi))
 
 
-def _isum4(isa, q4, w, wo, xq, xo, rs):
+def _isum4(isa, kind, w, wo, xq, xo, rs):
     """One block, four activation rows (rs elements apart): four vectors of int32 sums."""
 
 
-def _isum4_two_chains(isa, q4, w, wo, xq, xo, rs):
+def _isum4_two_chains(isa, kind, w, wo, xq, xo, rs):
     """Each row sums in two chains, even and odd groups, that meet at the end: eight
     independent vpdpbusd chains hide the instruction's latency where four left the 16-lane
     kernel latency-bound (about 1.4x faster there; integer sums, so the result is the same in
-    any order).  Splitting by nibble instead (one load feeding both chains) measured slower."""
+    any order).  Splitting by nibble instead (one load feeding both chains) measured slower.
+    Four groups per chain also keep 5-bit partial sums on the AVX2 pair within int16."""
     a0 = vzero_i32(isa)
     a1 = vzero_i32(isa)
     a2 = vzero_i32(isa)
@@ -110,41 +122,54 @@ def _isum4_two_chains(isa, q4, w, wo, xq, xo, rs):
     for kk in range(4):
         k = 2 * kk
         o = xo + 4 * k
-        g = _group(isa, q4, w, wo, k)
-        a0 = _dot(isa, q4, a0, g, vbcast4(isa, xq, o))
-        a1 = _dot(isa, q4, a1, g, vbcast4(isa, xq, o + rs))
-        a2 = _dot(isa, q4, a2, g, vbcast4(isa, xq, o + 2 * rs))
-        a3 = _dot(isa, q4, a3, g, vbcast4(isa, xq, o + 3 * rs))
-        g = _group(isa, q4, w, wo, k + 1)
+        g = _group(isa, kind, w, wo, k)
+        a0 = _part_dot(isa, kind, a0, g, vbcast4(isa, xq, o))
+        a1 = _part_dot(isa, kind, a1, g, vbcast4(isa, xq, o + rs))
+        a2 = _part_dot(isa, kind, a2, g, vbcast4(isa, xq, o + 2 * rs))
+        a3 = _part_dot(isa, kind, a3, g, vbcast4(isa, xq, o + 3 * rs))
+        g = _group(isa, kind, w, wo, k + 1)
         o += 4
-        b0 = _dot(isa, q4, b0, g, vbcast4(isa, xq, o))
-        b1 = _dot(isa, q4, b1, g, vbcast4(isa, xq, o + rs))
-        b2 = _dot(isa, q4, b2, g, vbcast4(isa, xq, o + 2 * rs))
-        b3 = _dot(isa, q4, b3, g, vbcast4(isa, xq, o + 3 * rs))
-    return vadd_i32(a0, b0), vadd_i32(a1, b1), vadd_i32(a2, b2), vadd_i32(a3, b3)
+        b0 = _part_dot(isa, kind, b0, g, vbcast4(isa, xq, o))
+        b1 = _part_dot(isa, kind, b1, g, vbcast4(isa, xq, o + rs))
+        b2 = _part_dot(isa, kind, b2, g, vbcast4(isa, xq, o + 2 * rs))
+        b3 = _part_dot(isa, kind, b3, g, vbcast4(isa, xq, o + 3 * rs))
+    return (_sum2(isa, kind, a0, b0), _sum2(isa, kind, a1, b1), _sum2(isa, kind, a2, b2),
+            _sum2(isa, kind, a3, b3))
 
 
-def _isum4_one_chain(isa, q4, w, wo, xq, xo, rs):
+@njit(nogil=True)
+def _sum2(isa, kind, a, b):
+    """Two chains' partial sums -> int32 lanes."""
+    return vadd_i32(_widen(isa, kind, a), _widen(isa, kind, b))
+
+
+def _isum4_one_chain(isa, kind, w, wo, xq, xo, rs):
     """One chain per row: 4 int + 4 float accumulators fit the 16 ymm registers (a second
-    chain per row, which helps the 16-lane kernel, measured no faster at 8 lanes)."""
+    chain per row, which helps the 16-lane kernel, measured no faster at 8 lanes).  Not for
+    5-bit codes on the AVX2 pair: eight groups would overflow its int16 partial sums."""
     s0 = vzero_i32(isa)
     s1 = vzero_i32(isa)
     s2 = vzero_i32(isa)
     s3 = vzero_i32(isa)
     for k in range(8):
-        g = _group(isa, q4, w, wo, k)
+        g = _group(isa, kind, w, wo, k)
         o = xo + 4 * k
-        s0 = _part_dot(isa, q4, s0, g, vbcast4(isa, xq, o))
-        s1 = _part_dot(isa, q4, s1, g, vbcast4(isa, xq, o + rs))
-        s2 = _part_dot(isa, q4, s2, g, vbcast4(isa, xq, o + 2 * rs))
-        s3 = _part_dot(isa, q4, s3, g, vbcast4(isa, xq, o + 3 * rs))
-    return _widen(isa, q4, s0), _widen(isa, q4, s1), _widen(isa, q4, s2), _widen(isa, q4, s3)
+        s0 = _part_dot(isa, kind, s0, g, vbcast4(isa, xq, o))
+        s1 = _part_dot(isa, kind, s1, g, vbcast4(isa, xq, o + rs))
+        s2 = _part_dot(isa, kind, s2, g, vbcast4(isa, xq, o + 2 * rs))
+        s3 = _part_dot(isa, kind, s3, g, vbcast4(isa, xq, o + 3 * rs))
+    return (_widen(isa, kind, s0), _widen(isa, kind, s1), _widen(isa, kind, s2),
+            _widen(isa, kind, s3))
 
 
 @overload(_isum4, jit_options={"nogil": True})
-def _isum4_for_width(isa, q4, w, wo, xq, xo, rs):
-    # chosen while typing: only the width's own variant is compiled
-    return _isum4_two_chains if width(isa) == 16 else _isum4_one_chain
+def _isum4_for_width(isa, kind, w, wo, xq, xo, rs):
+    # chosen while typing: only the width's own variant is compiled; 5-bit codes on the
+    # AVX2 pair (int16 partial sums, four groups at most) take two chains at 8 lanes too
+    pair = isa.isa == "avx2" and not isa.vnni
+    if width(isa) == 16 or (pair and isinstance(kind, TileKindType) and kind.kind == KIND_Q5):
+        return _isum4_two_chains
+    return _isum4_one_chain
 
 
 @njit(nogil=True)
@@ -183,9 +208,9 @@ def _block(isa, w, d, m, has_m, t, h, b, pf, nxt):
 
 
 @njit(nogil=True, inline="always")
-def _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
-    """Rows i..i+3 of out, part h of tile t.  q4 and pf (prefetch tile nxt alongside):
-    constants at each call site; has_m: m is not empty."""
+def _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+    """Rows i..i+3 of out, part h of tile t.  pf (prefetch tile nxt alongside): a constant at
+    each call site; has_m: m is not empty."""
     rs = xq.strides[0]  # int8: bytes == elements
     a0 = vzero_f32(isa)
     a1 = vzero_f32(isa)
@@ -193,7 +218,7 @@ def _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     a3 = vzero_f32(isa)
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
-        s0, s1, s2, s3 = _isum4(isa, q4, w, wo, xq, i * rs + 32 * b, rs)
+        s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
         a0 = _accumulate(isa, a0, s0, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
         a1 = _accumulate(isa, a1, s1, dw, mw, has_m, zo, xd[i + 1, b], xi[i + 1, b],
                          xs[i + 1, b])
@@ -210,19 +235,19 @@ def _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
 
 
 @njit(nogil=True, inline="always")
-def _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+def _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     """Row i of out, part h of tile t; the flags as in _rows4."""
     rs = xq.strides[0]
     acc = vzero_f32(isa)
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
-        s = _isum1(isa, q4, w, wo, xq, i * rs + 32 * b)
+        s = _isum1(isa, kind, w, wo, xq, i * rs + 32 * b)
         acc = _accumulate(isa, acc, s, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
     _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
 
 
 @njit(nogil=True, inline="always")
-def _part(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
+def _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
     """Every row of out against part u of the tiles (tile u // parts, part u % parts), four
     rows per pass; the first pass also prefetches the next tile (a thread's parts are
     consecutive under prange's static split)."""
@@ -235,56 +260,34 @@ def _part(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
     nxt = min(t + 1, w.shape[0] - 1)
     i = 0
     if n_tokens >= 4:
-        _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
         i = 4
     elif n_tokens > 0:
-        _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
         i = 1
     while i + 4 <= n_tokens:
-        _rows4(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
         i += 4
     while i < n_tokens:
-        _row1(isa, q4, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
         i += 1
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def matmul_tiles(isa, q4, zero, w, d, m, xq, xd, xi, xs, out):
-    """w (tiles, nb, 256 | 512) u8; d, m (tiles, nb, 16) f16 bits (m may be empty);
+def matmul_tiles(isa, kind, zero, w, d, m, xq, xd, xi, xs, out):
+    """w (tiles, nb, 256 | 320 | 512) u8; d, m (tiles, nb, 16) f16 bits (m may be empty);
     xq (n_tokens, >= cols) i8 rows; xd, xs (n_tokens, nb) f32; xi (n_tokens, nb) i32
-    -> out (n_tokens, rows) f32.  q4: 4-bit codes (else 128-offset bytes); isa (a vector
-    IsaType) sets the width and picks the byte dot product.
+    -> out (n_tokens, rows) f32.  kind: a TileKind (KIND_Q4, KIND_Q5 or KIND_Q8 tiles);
+    isa (a vector IsaType) sets the width and picks the byte dot product.
 
-    One loop per code width, so q4 is a constant inside each and the unpacking branches leave
-    the inner loop (about 20% faster here than testing it there; a loop per has_m too gained
-    only 2-7% for 60% more compile time); prefetching the next tile made batched steps
-    another 10-35% faster."""
+    One loop, compiled per kind, so the code width is a constant inside it and the unpacking
+    branches leave the inner loop (about 20% faster here than testing it there; a loop per
+    has_m too gained only 2-7% for 60% more compile time); prefetching the next tile made
+    batched steps another 10-35% faster."""
     n_parts = w.shape[0] * (TILE_ROWS // lanes(isa))
-    zo = zero if q4 else q8_offset(isa)  # 8-bit weights: vdot_q8 may leave no offset
+    # 8-bit weights: vdot_q8 may leave no offset to subtract
+    zo = q8_offset(isa) if kind_of(kind) == KIND_Q8 else zero
     has_m = m.size > 0
-    if q4:
-        for u in prange(n_parts):
-            _part(isa, True, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
-    else:
-        for u in prange(n_parts):
-            _part(isa, False, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
+    for u in prange(n_parts):
+        _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
 
-
-@njit(cache=True, nogil=True)
-def embed_tiles(q4, zero, w, d, m, tokens, out):
-    """Rows `tokens` of a tiled matrix, dequantized -> out (n_tokens, cols), with the same
-    arithmetic as linear.embed_rows (so both paths embed bit for bit alike)."""
-    nb = w.shape[1]
-    for i in range(tokens.shape[0]):
-        t, lane = divmod(tokens[i], TILE_ROWS)
-        for b in range(nb):
-            scale = f16_value(d[t, b, lane])
-            bias = f16_value(m[t, b, lane]) if m.size else np.float32(0.0)
-            for e in range(32):
-                if q4:
-                    byte = w[t, b, 64 * ((e % 16) // 4) + 4 * lane + e % 4]
-                    c = (np.int64(byte & 15) if e < 16 else np.int64(byte >> 4)) - zero
-                    out[i, b * 32 + e] = scale * c + bias
-                else:
-                    c = np.int64(w[t, b, 64 * (e // 4) + 4 * lane + e % 4]) - 128
-                    out[i, b * 32 + e] = scale * np.float32(c) + bias

@@ -16,14 +16,14 @@ from localinfer.errors import UnsupportedModelError
 from .floats import unpack_bf16, unpack_f16, unpack_f32
 from .iq4 import unpack_iq4_nl, unpack_iq4_xs
 from .kquants import unpack_q3_k, unpack_q4_k, unpack_q5_k
-from .packed import KIND_F32, KIND_Q4, KIND_Q8, QBLOCK, Packed, concat_rows
+from .packed import KIND_F32, KIND_Q4, KIND_Q5, KIND_Q8, QBLOCK, Packed, concat_rows
 from .q4 import unpack_q4_0, unpack_q4_1
 from .q5 import unpack_q5_0, unpack_q5_1
 from .q8 import unpack_q8_0
 from .requant import unpack_q2_k, unpack_q6_k
 
-__all__ = ["FORMATS", "KIND_F32", "KIND_Q4", "KIND_Q8", "QBLOCK", "Packed", "concat_rows",
-           "format_for", "unpack_tensor"]
+__all__ = ["FORMATS", "KIND_F32", "KIND_Q4", "KIND_Q5", "KIND_Q8", "QBLOCK", "Packed",
+           "concat_rows", "format_for", "unpack_tensor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class WeightFormat:
     type_size: int  # bytes per block
     unpack: Callable[[np.ndarray, int, int], Packed]
     kind: int = KIND_Q8  # the layout unpack returns, known before any tensor is read
-    zero: int = 0  # its KIND_Q4 code offset
+    zero: int = 0  # its KIND_Q4 / KIND_Q5 code offset
 
 
 # ggml type id -> format (ids from ggml.h / gguf.GGMLQuantizationType).  Every mapping is exact
@@ -45,8 +45,8 @@ FORMATS: dict[int, WeightFormat] = {
     30: WeightFormat("BF16", 1, 2, unpack_bf16, KIND_F32),
     2: WeightFormat("Q4_0", 32, 18, unpack_q4_0, KIND_Q4, 8),
     3: WeightFormat("Q4_1", 32, 20, unpack_q4_1, KIND_Q4),
-    6: WeightFormat("Q5_0", 32, 22, unpack_q5_0),
-    7: WeightFormat("Q5_1", 32, 24, unpack_q5_1),
+    6: WeightFormat("Q5_0", 32, 22, unpack_q5_0, KIND_Q5, 16),
+    7: WeightFormat("Q5_1", 32, 24, unpack_q5_1, KIND_Q5),
     8: WeightFormat("Q8_0", 32, 34, unpack_q8_0),
     10: WeightFormat("Q2_K", 256, 84, unpack_q2_k),
     11: WeightFormat("Q3_K", 256, 110, unpack_q3_k),

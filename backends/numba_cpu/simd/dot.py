@@ -8,10 +8,10 @@ instruction from it at compile time:
     neon            SDOT on each 128-bit half (simd/neon.py)
 
 vpdpbusd multiplies unsigned by signed bytes.  The AVX2 pair sums two u8 x s8 products into a
-saturating int16 first, so it is exact only while those sums fit: 4-bit codes (<= 15) against
-int8 activations always do; 8-bit weights go through vdot_q8, which uses the sign trick
-instead (|w| against sign(w) * x, both fit).  SDOT is signed on both sides, so neon's vdot_q8
-flips the stored w + 128 back to w.  q8_offset says what the kernel then subtracts.
+saturating int16 first, so it is exact only while those sums fit: 4- and 5-bit codes (<= 31)
+against int8 activations always do; 8-bit weights go through vdot_q8, which uses the sign
+trick instead (|w| against sign(w) * x, both fit).  SDOT is signed on both sides, so neon's
+vdot_q8 flips the stored w + 128 back to w.  q8_offset says what the kernel then subtracts.
 """
 
 from __future__ import annotations
@@ -49,6 +49,34 @@ def vnib_hi(typingctx, v):
         shifted = builder.lshr(args[0], ir.Constant(vec(v, I32), [4] * v.lanes))
         return builder.and_(shifted, _nibble_mask(v))
     return v(v), codegen
+
+
+@intrinsic
+def vfifth(typingctx, nib, plane, k):
+    """5-bit codes of group k (0..7) of a 5-bit tile (quants/tiles.py): nib (the group's
+    nibbles, 0..15 per byte) with bit k of each plane byte added as bit 4.  Shifting 32-bit
+    lanes moves bit k of every byte to bit 4 of the same byte (shifts of at most 4, and the
+    mask drops what crossed from a neighbour); with k a constant after unrolling, that is one
+    shift, an and and an or."""
+    if not isinstance(nib, I32Vec) or nib != plane:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v, p, kk = args[0], args[1], context.cast(builder, args[2], sig.args[2], types.int32)
+        zeros = ir.Constant(vec(nib, I32), None)
+
+        def splat(x):  # x in every lane
+            one = builder.insert_element(zeros, x, ir.Constant(I32, 0))
+            return builder.shuffle_vector(one, zeros, zeros)
+
+        four, none = ir.Constant(I32, 4), ir.Constant(I32, 0)
+        low = builder.icmp_signed("<", kk, four)  # k < 4: bit k moves up, else down
+        left = builder.select(low, builder.sub(four, kk), none)
+        right = builder.select(low, none, builder.sub(kk, four))
+        moved = builder.lshr(builder.shl(p, splat(left)), splat(right))
+        return builder.or_(v, builder.and_(moved, ir.Constant(vec(nib, I32),
+                                                              [0x10101010] * nib.lanes)))
+    return nib(nib, plane, k), codegen
 
 
 def _madd_pair(builder, u, s):
@@ -102,8 +130,8 @@ def _madd_sign(builder, u, s):
     return _madd_pair(builder, aw, sx)
 
 
-# acc[l] += sum over k<4 of u8(u bytes 4l+k) * s8(s bytes 4l+k), for 4-bit codes u (exact on
-# every flavour: each pair sum of the AVX2 fallback fits int16)
+# acc[l] += sum over k<4 of u8(u bytes 4l+k) * s8(s bytes 4l+k), for 4- or 5-bit codes u (exact
+# on every flavour: each pair sum of the AVX2 fallback fits int16)
 vdpbusd = _byte_dot(neon.sdot_u4, _madd_pair)
 # 8-bit weights stored as w + 128 (unsigned bytes u) against int8 activations s.  VNNI:
 # acc += sum u * s (offset included: the kernel subtracts 128 * sum s per block); the AVX2
@@ -120,21 +148,23 @@ def q8_offset(typingctx, isa):
     return types.int64(isa), lambda ctx, builder, sig, args: ir.Constant(ir.IntType(64), off)
 
 
-# ---- one block's 4-bit products as partial sums in the narrowest exact type -----------------
+# ---- one block's 4- and 5-bit products as partial sums in the narrowest exact type ----------
 #
 # The AVX2 pair spends a vpmaddwd (and an add) on every group only to widen int16 pair sums to
 # int32.  For 4-bit codes that is not needed per group: a vpmaddubsw pair sum is at most
 # 2 * 15 * 128 = 3840, so the sums of up to eight groups (one block of 32 columns: 30720) fit
 # int16 exactly, and one vpmaddwd per chain and block widens them.  Same integers, so the
 # result is bit for bit that of vdpbusd; about 1.1-1.3x faster kernels on the pair path.
-# On the other flavours there is nothing to save: the partial sums are vdpbusd's int32 lanes.
+# 5-bit codes: a pair sum is at most 2 * 31 * 128 = 7936, so a chain may sum four groups
+# (31744 < 2**15) before vwiden.  On the other flavours there is nothing to save: the partial
+# sums are vdpbusd's int32 lanes.
 
 
 @intrinsic
 def vdot4_part(typingctx, isa, acc, u, s):
-    """acc + the byte dot products of 4-bit codes u against int8 s, as partial sums: int16
-    pairs (viewed as acc's type) on the AVX2 pair, int32 lanes elsewhere.  A chain may sum at
-    most eight groups of one block before vwiden."""
+    """acc + the byte dot products of 4- or 5-bit codes u against int8 s, as partial sums:
+    int16 pairs (viewed as acc's type) on the AVX2 pair, int32 lanes elsewhere.  On the pair
+    a chain may sum at most eight groups of 4-bit codes, four of 5-bit ones, before vwiden."""
     how = _flavour(isa, acc)
 
     def codegen(context, builder, sig, args):

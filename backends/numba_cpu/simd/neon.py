@@ -6,7 +6,8 @@ vdot_q8 / q8_offset emit SDOT for an IsaType named neon.
 
 SDOT (llvm.aarch64.neon.sdot: per 32-bit lane, the sum of four s8 x s8 products) is signed on
 both sides, so:
-- 4-bit codes (0..15) are already valid s8 operands: vdpbusd is exact;
+- 4- and 5-bit codes (0..15, 0..31) are already valid s8 operands: vdpbusd and vdot4_part
+  are exact;
 - 8-bit weights stored as w + 128 (quants/tiles.py) are flipped back to w by xor 0x80, and
   the kernel subtracts no offset (q8_offset = 0), exactly like the AVX2 pair path.
 Valid where the host has NEON + dotprod (isa.py): optional from ARMv8.2-A, mandatory from
@@ -47,7 +48,7 @@ def sdot(builder, acc, a, b):
 
 
 def sdot_u4(builder, acc, u, s):
-    """vdpbusd for 4-bit codes u (<= 127, so valid s8) against int8 s."""
+    """vdpbusd for 4- or 5-bit codes u (<= 127, so valid s8) against int8 s."""
     return sdot(builder, acc, builder.bitcast(u, V32B), builder.bitcast(s, V32B))
 
 
