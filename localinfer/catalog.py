@@ -153,8 +153,10 @@ class Catalog:
         if not target.exists():
             return False
         from localinfer import weight_cache
+        from localinfer.tokenizer import cache as tokenizer_cache
 
         weight_cache.forget(target)  # its repacked copies go with it
+        tokenizer_cache.forget(target)  # and its built tokenizer
         target.unlink()
         with contextlib.suppress(OSError):
             target.parent.rmdir()

@@ -9,6 +9,7 @@ read-only mmap of the file, which the checks guarantee never reach past its end.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import mmap
 import os
 import stat
@@ -82,6 +83,7 @@ class GGUFFile:
         # an int32 from a uint32 after the values became plain Python ints.
         self.kv_types: dict[str, tuple[int, int | None]] = header.kv_types
         self.tensors = tensors
+        self._kv_end = header.kv_end
         self._mm = mm
 
     @property
@@ -90,6 +92,15 @@ class GGUFFile:
         if not isinstance(arch, str) or not arch:
             raise GGUFError(f"{self.path}: missing or invalid general.architecture")
         return arch
+
+    def metadata_sha256(self) -> str:
+        """sha256 of the header up to the last metadata entry (magic, version, counts and every
+        key, type and value as stored): files with the same digest have the same metadata, so
+        whatever is built from metadata alone (the tokenizer) can be cached under it."""
+        if self._mm is None:
+            raise GGUFError(f"{self.path}: file is closed")
+        with memoryview(self._mm) as mv, mv[:self._kv_end] as head:
+            return hashlib.sha256(head).hexdigest()
 
     def _info(self, name: str) -> TensorInfo:
         info = self.tensors.get(name)

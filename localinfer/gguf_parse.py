@@ -3,7 +3,8 @@
 Every count, length and offset read from the file is a Python int that is checked against the
 bytes actually left before anything is allocated or looped over, so a hostile file (2^64-1
 counts, 2^63 array lengths, strings past the end) fails fast with a GGUFError and little memory.
-This is deliberately not gguf.GGUFReader, which trusts those numbers.
+This is deliberately not gguf.GGUFReader, which trusts those numbers.  Arrays of strings come
+back as gguf_strings.StringArray: checked here, decoded on first use.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from localinfer.errors import GGUFError
+from localinfer.gguf_strings import read_string_array
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -67,6 +69,7 @@ class Header:
     metadata: dict[str, Any]
     kv_types: dict[str, tuple[int, int | None]]  # key -> (value type, array element type)
     tensors: list[RawTensorInfo]
+    kv_end: int  # file offset just past the last metadata entry
     infos_end: int  # file offset just past the last tensor info
 
 
@@ -157,7 +160,7 @@ def _array(cur: Cursor, key: str) -> Any:
         if n > cur.left // 8:
             raise cur.error(f"metadata {key}: {n} strings cannot fit in the {cur.left} bytes left",
                             start)
-        return _string_array(cur, n, key)
+        return read_string_array(cur, n, key)  # decoded on first use
     scalar = _SCALARS.get(etype)
     if scalar is None:
         raise cur.error(f"metadata {key} has an array of unknown element type {etype}", start)
@@ -170,30 +173,6 @@ def _array(cur: Cursor, key: str) -> Any:
     if etype == GGUFValueType.BOOL:
         return arr != 0
     return arr.astype(dtype.newbyteorder("="), copy=False)
-
-
-def _string_array(cur: Cursor, n: int, key: str) -> list[str]:
-    # Vocabularies are ~50k strings: keep the loop tight (locals, no method calls but slicing).
-    # "surrogateescape" makes the decoding lossless: s.encode("utf-8", "surrogateescape") gives
-    # back exactly the bytes llama.cpp keeps for the token, and valid UTF-8 (every real vocab)
-    # decodes the same as with any other error handler.
-    buf, pos, end = cur.buf, cur.pos, cur.end
-    unpack = _U64.unpack_from
-    out: list[str] = []
-    append = out.append
-    for i in range(n):
-        if end - pos < 8:
-            cur.pos = pos
-            raise cur.error(f"metadata {key}: string {i} of {n} runs past the end of the file")
-        length = unpack(buf, pos)[0]
-        pos += 8
-        if length > end - pos:
-            cur.pos = pos - 8
-            raise cur.error(f"metadata {key}: string {i} is {length} bytes, past the end of file")
-        append(buf[pos : pos + length].decode("utf-8", "surrogateescape"))
-        pos += length
-    cur.pos = pos
-    return out
 
 
 def _tensor_info(cur: Cursor, seen: set[str]) -> RawTensorInfo:
@@ -275,6 +254,7 @@ def parse_header(buf: Any, size: int, path: object) -> Header:
         metadata[key] = _value(cur, vtype, key)
         kv_types[key] = (vtype, etype)
 
+    kv_end = cur.pos
     seen: set[str] = set()
     tensors = [_tensor_info(cur, seen) for _ in range(n_tensors)]
-    return Header(version, metadata, kv_types, tensors, cur.pos)
+    return Header(version, metadata, kv_types, tensors, kv_end, cur.pos)

@@ -99,7 +99,7 @@ class LLM:
         from localinfer.engine.llm_engine import LLMEngine
         from localinfer.gguf_file import open_gguf
         from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
-        from localinfer.tokenizer import Tokenizer
+        from localinfer.tokenizer.cache import load_tokenizer
 
         self.path: Path = Catalog.load().resolve(model, progress=progress)
         self.gguf = open_gguf(self.path)
@@ -109,7 +109,7 @@ class LLM:
             self.config = ModelConfig.from_gguf(self.gguf, strict_arch=not any_arch)
             if self.config.arch in SUPPORTED_ARCHITECTURES:
                 self.config.check_tensors(self.gguf)
-            self.tokenizer = Tokenizer.from_gguf(self.gguf.metadata)
+            self.tokenizer = load_tokenizer(self.gguf)  # the tokenizer cache, else built
             self.chat_template = ChatTemplate.from_gguf(self.gguf.metadata, self.tokenizer)
             max_len = min(max_model_len or DEFAULT_MAX_MODEL_LEN, self.config.n_ctx_train)
             self.engine_config = EngineConfig(

@@ -15,6 +15,7 @@ import numpy as np
 
 from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN
 from localinfer.gguf_file import open_gguf
+from localinfer.gguf_strings import StringArray
 
 DEFAULT_POOL_SEQS = 2  # EngineConfig's default KV pool holds two full-length sequences
 STEP_TOKENS = 512  # EngineConfig.max_num_batched_tokens
@@ -102,7 +103,7 @@ def describe(path: str | Path, n_ctx: int | None = None) -> ModelInfo:
         v_dim = key("attention.value_length") or head_dim
         tokens = meta.get("tokenizer.ggml.tokens")
         embd = g.tensors.get("token_embd.weight")
-        n_vocab = len(tokens) if isinstance(tokens, list) else (
+        n_vocab = len(tokens) if isinstance(tokens, StringArray) else (
             embd.shape[1] if embd is not None and len(embd.shape) == 2 else key("vocab_size"))
         ctx_train = key("context_length")
         notes: list[str] = []

@@ -1,4 +1,5 @@
-"""Where localinfer keeps its files: models, compiled kernels, repacked weights, conversations.
+"""Where localinfer keeps its files: models, compiled kernels, repacked weights, tokenizers,
+conversations.
 
 Everything lives under platformdirs' user cache dir unless LOCALINFER_HOME points elsewhere;
 saved chats live under the user data dir (LOCALINFER_DATA_DIR overrides only that).
@@ -31,6 +32,11 @@ def kernel_cache_dir() -> Path:
 def weight_cache_dir() -> Path:
     """Repacked model weights, beside the kernel cache (localinfer/weight_cache.py)."""
     return home() / "weights"
+
+
+def tokenizer_cache_dir() -> Path:
+    """Built tokenizers, beside the weight cache (localinfer/tokenizer/cache.py)."""
+    return home() / "tokenizers"
 
 
 def chats_dir() -> Path:

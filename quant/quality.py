@@ -90,12 +90,13 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def _vocab(path: Path) -> list[str]:
     from localinfer.gguf_file import open_gguf
+    from localinfer.gguf_strings import StringArray
 
     with open_gguf(path) as g:
         tokens = g.metadata.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list) or not tokens:
+        if not isinstance(tokens, StringArray) or not tokens:
             raise InvalidRequestError(f"{path}: no tokenizer vocabulary")
-        return tokens
+        return tokens.to_list()
 
 
 def numba_can_run(path: Path) -> bool:

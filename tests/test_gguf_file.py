@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from localinfer.errors import GGUFError, UnsupportedModelError
 from localinfer.gguf_file import GGUFFile, open_gguf
 from localinfer.gguf_parse import parse_header
+from localinfer.gguf_strings import StringArray
 from localinfer.model_config import ModelConfig
 
 BIG = (1 << 63, (1 << 64) - 1)
@@ -111,6 +112,37 @@ def test_invalid_utf8_token_is_lossless(tmp_path: Path) -> None:
         assert g.metadata["t"][0].encode("utf-8", "surrogateescape") == b"\xff\xfe"
 
 
+def test_string_arrays_decode_on_first_use(tmp_path: Path) -> None:
+    with open_gguf(write(tmp_path, small_file())) as g:
+        strings = g.metadata["x.strings"]
+    assert isinstance(strings, StringArray) and len(strings) == 3
+    # a private copy of the bytes: still readable once the file is closed
+    assert strings == ["a", "bc", ""] and strings == ("a", "bc", "") and list(strings) == \
+        ["a", "bc", ""]
+    assert strings[1] == "bc" and strings[:2] == ["a", "bc"] and "bc" in strings
+    assert repr(strings) == "['a', 'bc', '']" and strings != ["a"]
+    copy = strings.to_list()
+    copy.append("d")
+    assert len(strings) == 3 and strings.to_list() == ["a", "bc", ""]
+
+
+def test_metadata_digest_covers_the_metadata_only(tmp_path: Path) -> None:
+    def digest(kvs: list[tuple], tensors: list[TensorSpec], name: str) -> str:
+        with open_gguf(write(tmp_path, build_gguf(kvs, tensors), name)) as g:
+            return g.metadata_sha256()
+
+    other_data = [TensorSpec(t.name, t.shape, t.ggml_type, None) for t in small_tensors()]
+    base = digest(small_kvs(), small_tensors(), "a.gguf")
+    assert digest(small_kvs(), other_data, "b.gguf") == base
+    changed = [("x.strings", VT.ARRAY, ["a", "bd", ""], VT.STRING) if k[0] == "x.strings"
+               else k for k in small_kvs()]
+    assert digest(changed, small_tensors(), "c.gguf") != base
+    g = open_gguf(tmp_path / "a.gguf")
+    g.close()
+    with pytest.raises(GGUFError, match="closed"):
+        g.metadata_sha256()
+
+
 def test_name_of_63_bytes_is_fine(tmp_path: Path) -> None:
     data = build_gguf(small_kvs(), [TensorSpec("n" * 63, (4,))])
     with open_gguf(write(tmp_path, data)) as g:
@@ -172,6 +204,11 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "string in array past end": (_one_kv(gguf_string("k") + struct.pack("<IIQQ", VT.ARRAY,
                                                                           VT.STRING, 2, 1 << 40)),
                                  "string 0"),
+    "string length cut in array": (_header(0, 1) + gguf_string("k") + struct.pack(
+        "<IIQ", VT.ARRAY, VT.STRING, 2) + gguf_string("ab") + bytes(6), "string 1 of 2 runs past"),
+    "second string past end": (_header(0, 1) + gguf_string("k") + struct.pack(
+        "<IIQ", VT.ARRAY, VT.STRING, 2) + gguf_string("ab") + struct.pack("<Q", 100) + b"xy",
+        "string 1 is 100 bytes"),
     "array elem type unknown": (_one_kv(gguf_string("k") + struct.pack("<IIQ", VT.ARRAY, 77, 1)),
                                 "unknown element type"),
     "nested array": (_one_kv(_nested(1)), "nested"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -316,3 +317,223 @@ def test_missing_pre_uses_default_and_add_bos_defaults():
     tok = Tokenizer.from_gguf(_tiny(**{"tokenizer.ggml.pre": "llama3",
                                       "tokenizer.ggml.add_bos_token": False}))
     assert not tok.add_bos
+
+
+# ---- the tokenizer cache -------------------------------------------------------------------
+def assert_same_tokenizer(a: Tokenizer, b: Tokenizer, texts: list[str]) -> None:
+    """b behaves exactly as a: the same vocabulary and special tokens, the same ids for every
+    text and flag combination, the same pieces and decoded text."""
+    assert type(a) is type(b)
+    assert (a.n_vocab, a.bos_id, a.eos_id, a.eog_ids, a.add_bos, a.add_eos) == \
+        (b.n_vocab, b.bos_id, b.eos_id, b.eog_ids, b.add_bos, b.add_eos)
+    va, vb = a.vocab, b.vocab
+    assert va.tokens == vb.tokens and va.attrs == vb.attrs and va.ids == vb.ids
+    assert va.token_to_id == vb.token_to_id
+    for flag in (False, True):
+        assert va.special_tokens(flag) == vb.special_tokens(flag)
+    for attr in ("_ranks", "_scores", "add_space_prefix"):  # BPE ranks / SPM scores
+        assert getattr(a, attr, None) == getattr(b, attr, None), attr
+    if hasattr(a, "pre_tokenizer"):
+        assert a.pre_tokenizer.spec == b.pre_tokenizer.spec  # type: ignore[attr-defined]
+    for text in texts:
+        for add_special, parse_special in ((True, True), (False, False), (True, False)):
+            ids = a.encode(text, add_special, parse_special)
+            assert b.encode(text, add_special, parse_special) == ids, repr(text)
+            for skip in (False, True):
+                assert b.decode(ids, skip) == a.decode(ids, skip)
+    every = list(range(a.n_vocab))
+    assert [b.token_to_bytes(i) for i in every] == [a.token_to_bytes(i) for i in every]
+    assert [b.is_special(i) for i in every] == [a.is_special(i) for i in every]
+
+
+@pytest.fixture
+def tok_cache(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("LOCALINFER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("LOCALINFER_TOKENIZER_CACHE", raising=False)
+    return tmp_path / "home" / "tokenizers"
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.ltc")) if folder.is_dir() else []
+
+
+def _tiny_spm_gguf(path: Path, extra: str = "▁ba") -> Path:
+    """A SentencePiece ("llama") vocabulary, no tensors: specials, byte tokens, pieces with
+    scores, an empty token (renamed by llama.cpp), invalid UTF-8 and a user-defined token."""
+    from gguf_factory import VT, build_gguf
+
+    pieces = ["▁", "a", "b", "▁a", "ab", "▁ab", "<start_of_turn>", "", b"\xff\xfe", extra]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces]
+    types = [2, 3, 3] + [6] * 256 + [1] * 6 + [4, 1, 1, 1]
+    scores = [0.0] * 259 + [-1.0, -2.0, -2.5, -1.5, -1.25, -0.5, 0.0, 0.0, -9.0, -3.0]
+    path.write_bytes(build_gguf([
+        ("general.architecture", VT.STRING, "gemma3"),
+        ("tokenizer.ggml.model", VT.STRING, "llama"),
+        ("tokenizer.ggml.tokens", VT.ARRAY, tokens, VT.STRING),
+        ("tokenizer.ggml.scores", VT.ARRAY, scores, VT.FLOAT32),
+        ("tokenizer.ggml.token_type", VT.ARRAY, types, VT.INT32),
+        ("tokenizer.ggml.bos_token_id", VT.UINT32, 1),
+        ("tokenizer.ggml.eos_token_id", VT.UINT32, 2),
+    ]))
+    return path
+
+
+TINY_TEXTS = [*CORPUS, "ab ba aab <start_of_turn>ab<s></s>", " ▁a b", "\xff", "<|im_start|>x"]
+
+
+def _load_twice(path: Path) -> tuple[Tokenizer, Tokenizer]:
+    """(the tokenizer built on a miss, the one read back from the entry just written)."""
+    from localinfer.tokenizer.cache import load_tokenizer
+
+    with open_gguf(path) as g:
+        return load_tokenizer(g), load_tokenizer(g)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "spm"])
+def test_cached_tiny_tokenizer_is_identical(tmp_path: Path, tok_cache: Path, kind: str,
+                                            monkeypatch) -> None:
+    from gguf_factory import write_tiny_llama
+
+    path = write_tiny_llama(tmp_path / "m.gguf") if kind == "bpe" else \
+        _tiny_spm_gguf(tmp_path / "m.gguf")
+    with open_gguf(path) as g:
+        fresh = Tokenizer.from_gguf(g.metadata)
+    built, _ = _load_twice(path)
+    assert len(_entries(tok_cache)) == 1
+    # the second load must come from the entry: building is no longer possible
+    monkeypatch.setattr(Tokenizer, "from_gguf", staticmethod(lambda md: pytest.fail("built")))
+    _, cached = _load_twice(path)
+    assert_same_tokenizer(fresh, built, TINY_TEXTS)
+    assert_same_tokenizer(fresh, cached, TINY_TEXTS)
+    if kind == "spm":
+        assert cached.token_text(cached.n_vocab - 3) == "[EMPTY_266]"
+        assert cached.token_text(cached.n_vocab - 2).encode("utf-8", "surrogateescape") == \
+            b"\xff\xfe"  # the file's bytes, kept through the entry
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "magic", "garbage", "empty", "state"])
+def test_a_damaged_entry_is_rebuilt(tmp_path: Path, tok_cache: Path, damage: str) -> None:
+    from gguf_factory import write_tiny_llama
+
+    from localinfer.tokenizer import cache
+
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    fresh, _ = _load_twice(path)
+    (entry,) = _entries(tok_cache)
+    data = entry.read_bytes()
+    if damage == "truncate":
+        entry.write_bytes(data[:len(data) // 2])
+    elif damage == "flip":  # a bit flipped inside the payload: the checksum catches it
+        entry.write_bytes(data[:-100] + bytes([data[-100] ^ 1]) + data[-99:])
+    elif damage == "magic":
+        entry.write_bytes(b"X" + data[1:])
+    elif damage == "garbage":
+        entry.write_bytes(bytes(range(256)) * 40)
+    elif damage == "empty":
+        entry.write_bytes(b"")
+    else:  # a well-formed entry whose state does not describe a tokenizer
+        import marshal
+
+        entry_data = marshal.loads(data[12:])
+        entry_data["state"]["attrs"] = entry_data["state"]["attrs"][:-1]
+        cache.write_entry(entry, entry_data["key"], entry_data["state"])
+    key = marshal_key(entry)
+    assert cache.read_entry(entry, key) is None
+    _, again = _load_twice(path)  # the first of these rebuilds and rewrites the entry
+    assert_same_tokenizer(fresh, again, TINY_TEXTS)
+    assert cache.read_entry(entry, key) is not None and _entries(tok_cache) == [entry]
+
+
+def marshal_key(entry: Path) -> dict:
+    """The key an entry for this file must carry (from its name: metadata digest, version)."""
+    from localinfer.tokenizer import cache
+
+    digest, version, _ = entry.name.split(".")
+    return {"format": cache.FORMAT, "metadata_sha256": digest, "version": version}
+
+
+def test_cache_off_with_env(tmp_path: Path, tok_cache: Path, monkeypatch) -> None:
+    from gguf_factory import write_tiny_llama
+
+    monkeypatch.setenv("LOCALINFER_TOKENIZER_CACHE", "0")
+    a, b = _load_twice(write_tiny_llama(tmp_path / "m.gguf"))
+    assert a is not b and not tok_cache.exists()
+    assert a.encode("hello world") == b.encode("hello world")
+
+
+def test_changed_metadata_misses(tmp_path: Path, tok_cache: Path) -> None:
+    path = _tiny_spm_gguf(tmp_path / "m.gguf")
+    old, _ = _load_twice(path)
+    _tiny_spm_gguf(path, extra="▁bb")  # one token changed, same path and size
+    new, cached = _load_twice(path)
+    assert old.token_text(old.n_vocab - 1) == "▁ba"
+    assert new.token_text(new.n_vocab - 1) == cached.token_text(new.n_vocab - 1) == "▁bb"
+    assert len(_entries(tok_cache)) == 2  # one per metadata; the old one ages out
+
+
+def test_same_metadata_other_weights_share_the_entry(tmp_path: Path, tok_cache: Path) -> None:
+    from gguf_factory import write_tiny_llama
+
+    a, _ = _load_twice(write_tiny_llama(tmp_path / "a.gguf", seed=1))
+    b, _ = _load_twice(write_tiny_llama(tmp_path / "b.gguf", seed=2))
+    assert len(_entries(tok_cache)) == 1 and a.encode("hello") == b.encode("hello")
+
+
+def test_other_versions_and_the_least_recently_used_go(tmp_path: Path, tok_cache: Path,
+                                                       monkeypatch) -> None:
+    from localinfer.tokenizer import cache
+
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 2)
+    a, b, c = (_tiny_spm_gguf(tmp_path / f"{x}.gguf", extra=f"▁x{x}") for x in "abc")
+    with open_gguf(a) as g:
+        digest = g.metadata_sha256()
+    tok_cache.mkdir(parents=True)
+    older = tok_cache / f"{digest}.0123456789abcdef.ltc"  # the same metadata, older code
+    older.write_bytes(b"an entry of another version")
+    _load_twice(a)
+    (entry_a,) = _entries(tok_cache)
+    assert not older.exists()
+    _load_twice(b)
+    (entry_b,) = set(_entries(tok_cache)) - {entry_a}
+    os.utime(entry_a, (1, 1))
+    os.utime(entry_b, (2, 2))
+    _load_twice(a)  # a hit: a is now the most recently used
+    _load_twice(c)
+    assert entry_a.exists() and not entry_b.exists() and len(_entries(tok_cache)) == 2
+
+
+def test_rm_drops_the_models_entries(tmp_path: Path, tok_cache: Path) -> None:
+    from gguf_factory import write_tiny_llama
+
+    from localinfer.catalog import Catalog, CatalogEntry
+
+    cat = Catalog({"tiny": CatalogEntry("tiny", "m.gguf", "0" * 64, {})}, "tiny",
+                  tmp_path / "models")
+    path = cat.path_of(cat.get("tiny"))
+    path.parent.mkdir(parents=True)
+    _load_twice(write_tiny_llama(path))
+    other = _tiny_spm_gguf(tmp_path / "other.gguf")
+    _load_twice(other)
+    assert len(_entries(tok_cache)) == 2
+    assert cat.remove("tiny") and not path.exists()
+    (left,) = _entries(tok_cache)
+    with open_gguf(other) as g:
+        assert left.name.startswith(g.metadata_sha256())
+
+
+def test_state_round_trip_when_tokens_hold_the_separators():
+    from localinfer.tokenizer.state import from_state, to_state
+
+    tokens = [*BYTE_TO_CHAR, "ab", "<|s|>", "<|long|>", "<|lo"]
+    tokens[-1] = "<|\x00\x1f|>"  # a user-defined token holding the first two separators
+    tok = Tokenizer.from_gguf(_tiny(**{"tokenizer.ggml.tokens": tokens,
+                                       "tokenizer.ggml.merges": ["a b", "a b", "ab"]}))
+    assert tok._ranks == {"a b": 0, "ab": 2}  # a repeated merge keeps its first rank
+    state = to_state(tok)
+    assert state["tokens"][0] == "\ufdd0"
+    again = from_state(state)
+    assert_same_tokenizer(tok, again, [*TINY_TEXTS, "x<|\x00\x1f|>ab"])
+    for broken in ({**state, "model": "wordpiece"}, {**state, "eog": b"\xff\xff\xff\x7f"},
+                   {**state, "tokens": ("\x00", "a\x00b", 3)}, {**state, "ids": {}}, []):
+        with pytest.raises(ValueError):
+            from_state(broken)

@@ -59,3 +59,23 @@ def test_special_ids_and_roundtrip(pair) -> None:
         assert tok.decode(ids) == text
         detok = IncrementalDetokenizer(tok)
         assert "".join(detok.add(i) for i in ids) + detok.flush() == text
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "qwen2"])
+def test_cached_tokenizer_matches_the_built_one(request, model: str, tmp_path, monkeypatch):
+    """The tokenizer cache's entry for each catalog model gives a tokenizer identical in
+    behaviour to the one built from the metadata (tests/test_tokenizer.py, the tiny models)."""
+    from test_tokenizer import assert_same_tokenizer
+
+    from localinfer.tokenizer.cache import load_tokenizer
+
+    path: Path = request.getfixturevalue(f"{model}_path")
+    monkeypatch.setenv("LOCALINFER_HOME", str(tmp_path))
+    monkeypatch.delenv("LOCALINFER_TOKENIZER_CACHE", raising=False)
+    with open_gguf(path) as g:
+        built = Tokenizer.from_gguf(g.metadata)
+        load_tokenizer(g)  # a miss: builds and writes the entry
+        assert len(list((tmp_path / "tokenizers").glob("*.ltc"))) == 1
+        monkeypatch.setattr(Tokenizer, "from_gguf", staticmethod(lambda md: pytest.fail("built")))
+        cached = load_tokenizer(g)
+    assert_same_tokenizer(built, cached, [*CORPUS, *EXTRA, *random_texts(200, seed=1)])

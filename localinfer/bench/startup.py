@@ -2,10 +2,11 @@
 
 localinfer: `localinfer run --max-tokens 1` (it writes the token, or the final newline, right
 after the first token is sampled). Cold: an empty NUMBA_CACHE_DIR, so every kernel compiles, and
-the repacked-weight cache off, so the weights are repacked (a first start on a new machine);
-warm: the normal kernel and weight caches under localinfer.paths, filled by an untimed run
-first. llama.cpp (and localinfer's llamacpp backend): the same through llama-cpp-python in
-a fresh Python process (it has no JIT, so "cold" is simply its first start).
+the repacked-weight and tokenizer caches off, so the weights are repacked and the tokenizer built
+(a first start on a new machine); warm: the normal kernel, weight and tokenizer caches under
+localinfer.paths, filled by an untimed run first. llama.cpp (and localinfer's llamacpp
+backend): the same through llama-cpp-python in a fresh Python process (it has no JIT, so "cold"
+is simply its first start).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def measure_ours(plan: BenchPlan, show: Any) -> dict[str, Any]:
     if plan.backend != "numba":  # no JIT: "cold" is simply the first start
         return measure(ours_cmd(plan), plan, None, show)
     with tempfile.TemporaryDirectory(prefix="localinfer-bench-jit-") as empty:
-        env = {**os.environ, "NUMBA_CACHE_DIR": empty, "LOCALINFER_WEIGHT_CACHE": "0"}
+        env = {**os.environ, "NUMBA_CACHE_DIR": empty, "LOCALINFER_WEIGHT_CACHE": "0",
+               "LOCALINFER_TOKENIZER_CACHE": "0"}
         return measure(ours_cmd(plan), plan, env, show)
 
 

@@ -25,7 +25,7 @@ class SpmTokenizer(Tokenizer):
     def __init__(
         self,
         vocab: Vocab,
-        scores: np.ndarray,
+        scores: np.ndarray | list[float],
         *,
         add_bos: bool,
         add_eos: bool = False,
@@ -34,7 +34,9 @@ class SpmTokenizer(Tokenizer):
         super().__init__(vocab, add_bos, add_eos)
         if len(scores) < vocab.n_vocab:
             raise TokenizerError(f"{KEY}scores has {len(scores)} entries for {vocab.n_vocab}")
-        self._scores = [float(s) for s in scores[: vocab.n_vocab]]
+        # tolist(): the same Python floats as float() of each element, made in C
+        head = scores[: vocab.n_vocab]
+        self._scores: list[float] = head.tolist() if isinstance(head, np.ndarray) else list(head)
         self.add_space_prefix = add_space_prefix
         self._byte_ids = [vocab.token_to_id.get(f"<0x{b:02X}>") for b in range(256)]
         self._cache: dict[str, tuple[int, ...]] = {}

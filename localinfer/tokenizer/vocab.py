@@ -8,6 +8,7 @@ tokens (which also makes them control tokens), and the end-of-generation (EOG) s
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.errors import TokenizerError
+from localinfer.gguf_strings import StringArray
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,7 @@ _ID_KEYS = {
     "fim_pad": ("fim_pad_token_id",), "fim_rep": ("fim_rep_token_id",),
     "fim_sep": ("fim_sep_token_id",),
 }
+ID_NAMES = tuple(_ID_KEYS)  # the keys of Vocab.ids
 
 SPECIAL_ATTRS = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 SKIPPABLE_ATTRS = TokenAttr.CONTROL | TokenAttr.UNKNOWN  # hidden by decode(skip_special=True)
@@ -89,6 +92,9 @@ class Vocab:
     token_to_id: dict[str, int]
     ids: dict[str, int | None]  # "bos", "eos", "eot", ... -> id or None
     eog_ids: frozenset[int] = field(default_factory=frozenset)
+    # special_tokens() per parse_special, computed once: every tokenizer and the engine's
+    # continuations ask for them, and the tokenizer cache stores them
+    specials: dict[bool, list[tuple[str, int]]] = field(default_factory=dict)
 
     @property
     def n_vocab(self) -> int:
@@ -101,8 +107,9 @@ class Vocab:
         if n == 0:
             raise TokenizerError(f"{KEY}tokens is empty")
         # llama.cpp renames empty tokens so that they can never match text.
-        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        token_to_id = {t: i for i, t in enumerate(tokens)}
+        if "" in tokens:
+            tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        token_to_id = dict(zip(tokens, range(n), strict=True))  # in C, unlike a dictcomp
         if len(token_to_id) != n:
             raise TokenizerError(f"{KEY}tokens contains duplicate token texts")
         attrs = [TokenAttr.NORMAL] * n
@@ -111,7 +118,8 @@ class Vocab:
             types = _int_array(types, KEY + "token_type")
             if len(types) < n:
                 raise TokenizerError(f"{KEY}token_type has {len(types)} entries for {n} tokens")
-            attrs = [_TYPE_TO_ATTR.get(t, TokenAttr.UNDEFINED) for t in types[:n].tolist()]
+            attrs = list(map(_TYPE_TO_ATTR.get, types[:n].tolist(),
+                             itertools.repeat(TokenAttr.UNDEFINED)))
         vocab = cls(tokens, attrs, token_to_id, _special_ids(md, default_ids, n))
         vocab._detect_special_texts()
         vocab.eog_ids = vocab._compute_eog()
@@ -156,15 +164,22 @@ class Vocab:
         """Tokens split out of raw text, longest (in UTF-8 bytes) first, as llama.cpp orders them.
 
         Without parse_special only user-defined tokens are split out; control and unknown tokens
-        are then treated as plain text.
+        are then treated as plain text.  The list is shared: callers must not change it.
         """
+        found = self.specials.get(parse_special)
+        if found is not None:
+            return found
         allowed = SPECIAL_ATTRS if parse_special else TokenAttr.USER_DEFINED
-        # each distinct attribute tested once: an IntFlag `&` per token of a 150k vocabulary
-        # cost more than a second of every start
+        # each distinct attribute tested once (an IntFlag `&` per token of a 150k vocabulary
+        # cost more than a second of every start), then the tokens picked without a Python-level
+        # step per token: compress/map/set lookups all run in C
         matching = {a for a in set(self.attrs) if a & allowed}
-        found = [(t, i) for i, (t, a) in enumerate(zip(self.tokens, self.attrs, strict=True))
-                 if a in matching]
+        tokens = self.tokens
+        picked = itertools.compress(range(len(tokens)), map(matching.__contains__, self.attrs))
+        found = [(tokens[i], i) for i in picked]
+        # a stable sort: equal lengths keep id order
         found.sort(key=lambda ti: -len(ti[0].encode("utf-8", "surrogatepass")))
+        self.specials[parse_special] = found
         return found
 
 
@@ -172,6 +187,8 @@ def _string_list(md: Mapping[str, Any], key: str) -> list[str]:
     value = md.get(key)
     if value is None:
         raise TokenizerError(f"GGUF metadata has no {key}")
+    if isinstance(value, StringArray):  # what the GGUF parser gives: strings by construction
+        return value.to_list()
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
         raise TokenizerError(f"{key} must be an array of strings")
     return list(value)
