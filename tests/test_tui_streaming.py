@@ -81,24 +81,24 @@ def blocks(md: Markdown) -> list[tuple[str, str]]:
 def test_stop_keeps_exactly_the_tokens_taken_in(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=400)
     parked, release = threading.Event(), threading.Event()
-    hold = False
+    steps = 0
 
     def hook() -> None:  # on the engine thread, before each step
-        nonlocal hold
-        if hold:
-            hold = False
+        # the reply (122 tokens here) could end before the UI saw its first frame and asked
+        # for a pause, so the engine parks by itself after the prefill and a few tokens
+        nonlocal steps
+        steps += 1
+        if steps == 4:
             parked.set()
             release.wait(30)
 
     async def body() -> None:
-        nonlocal hold
         async with app.run_test(size=SIZE) as pilot:
             session.loop.step_hook = hook
             before = session.stats().generation_tokens_total
             await pilot.press(*COUNT, "enter")
-            await started(pilot, app)
-            hold = True
             await wait_for(pilot, parked.is_set)  # the engine waits before its next step
+            await started(pilot, app)
             await pilot.press("escape")
             reply = app.chat.reply
             assert reply is not None
