@@ -21,9 +21,10 @@ import os
 import platform
 
 from numba import types
-from numba.extending import NativeValue, box, models, register_model, typeof_impl, unbox
 
 from localinfer.errors import InvalidRequestError
+
+from .marker_type import register_marker
 
 ISA_ENV = "LOCALINFER_ISA"
 VNNI_ENV = "LOCALINFER_VNNI"
@@ -148,21 +149,4 @@ class IsaType(types.Type):
         super().__init__(name=f"Isa({isa}{suffix})")
 
 
-@typeof_impl.register(Isa)
-def _typeof_isa(val, c):
-    return IsaType(val.name, val.vnni)
-
-
-@register_model(IsaType)
-class _IsaModel(models.OpaqueModel):
-    pass
-
-
-@unbox(IsaType)
-def _unbox_isa(typ, obj, c):
-    return NativeValue(c.context.get_dummy_value())
-
-
-@box(IsaType)
-def _box_isa(typ, val, c):
-    return c.pyapi.make_none()
+register_marker(Isa, IsaType, lambda val: IsaType(val.name, val.vnni))

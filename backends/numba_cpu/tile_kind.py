@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from llvmlite import ir
 from numba import types
 from numba.core.errors import TypingError
-from numba.extending import NativeValue, box, intrinsic, models, register_model, typeof_impl, unbox
+from numba.extending import intrinsic
+
+from .marker_type import register_marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,24 +35,7 @@ class TileKindType(types.Type):
         super().__init__(name=f"TileKind({kind})")
 
 
-@typeof_impl.register(TileKind)
-def _typeof_tile_kind(val, c):
-    return TileKindType(val.kind)
-
-
-@register_model(TileKindType)
-class _TileKindModel(models.OpaqueModel):
-    pass
-
-
-@unbox(TileKindType)
-def _unbox_tile_kind(typ, obj, c):
-    return NativeValue(c.context.get_dummy_value())
-
-
-@box(TileKindType)
-def _box_tile_kind(typ, val, c):
-    return c.pyapi.make_none()
+register_marker(TileKind, TileKindType, lambda val: TileKindType(val.kind))
 
 
 def stack_kind(ws) -> int | None:
