@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -96,13 +97,27 @@ def test_streamed_reply_and_prefix_cache_on_second_turn(session, tmp_path: Path)
 
 def test_stop_mid_generation(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=400)
+    parked, release = threading.Event(), threading.Event()
+    steps = 0
+
+    def hook() -> None:  # on the engine thread, before each step
+        # on a slow host the whole reply could end before the UI asked to stop it, so the
+        # engine parks by itself after the prefill and a few tokens until escape is pressed
+        nonlocal steps
+        steps += 1
+        if steps == 4:
+            parked.set()
+            release.wait(30)
 
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
+            session.loop.step_hook = hook
             await pilot.press(*"Count from 1 to 200, one number per line.", "enter")
+            await wait_for(pilot, parked.is_set)
             await wait_for(pilot, lambda: bool((v := app.chat.messages.last("assistant"))
                                               and v.content))
             await pilot.press("escape")
+            release.set()
             await wait_for(pilot, lambda: not app.chat.generating, timeout=10)
             last = app.chat.conv.messages[-1]
             assert last.role == "assistant" and last.meta["finish_reason"] == "abort"
@@ -111,7 +126,11 @@ def test_stop_mid_generation(session, tmp_path: Path) -> None:
                                     .render())
             await wait_for(pilot, lambda: session.stats().kv_blocks_used == 0, timeout=5)
 
-    run(body)
+    try:
+        run(body)
+    finally:
+        session.loop.step_hook = None
+        release.set()
 
 
 def test_regenerate_and_new_chat(session, tmp_path: Path) -> None:
