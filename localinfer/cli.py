@@ -26,7 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `only`, the other subcommands are listed but get no arguments,
+    so their modules (and what they import: the server, the bench, ...) are not loaded."""
     parser = argparse.ArgumentParser(
         prog="localinfer", description="CPU-first local LLM inference on GGUF models."
     )
@@ -38,8 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks on errors")
-        _module(module).add_arguments(name, p)
+        if only is None or name == only:
+            _module(module).add_arguments(name, p)
     return parser
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The subcommand argv names (its first word that is not an option), if it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def _module(name: str):  # type: ignore[no-untyped-def]
@@ -53,8 +64,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    # a start builds only the named subcommand's arguments (~0.1 s of imports saved)
+    args = build_parser(_command_in(words)).parse_args(words)
     debug = args.debug or bool(os.environ.get("LOCALINFER_DEBUG"))
     module, _ = COMMANDS[args.command]
     try:

@@ -53,12 +53,14 @@ class NumbaModelRunner(ModelRunner):
             raise UnsupportedModelError(f"numba backend: architecture {config.arch!r}")
         import numba
 
+        from .cache_load import lazy_refresh
         from .cached_weights import load_weights
         from .isa import Isa, resolve_isa
         from .kv_pages import kv_zeros
         from .llama import llama_step, make_buffers
 
         self.threads = threads or physical_cores()
+        lazy_refresh()  # before the first kernel loads from the cache (cache_load.py)
         self._numba_threads = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(self._numba_threads)
         self._budget = ThreadBudget(self._numba_threads)
