@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gguf.constants import GGUFValueType
-
 from localinfer.errors import GGUFError
+from localinfer.ggml_types import GGUFValueType
 
 if TYPE_CHECKING:
     from localinfer.gguf_file import GGUFFile

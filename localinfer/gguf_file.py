@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from localinfer.errors import GGUFError
+from localinfer.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from localinfer.gguf_parse import (
     DEFAULT_ALIGNMENT,
     MAX_ALIGNMENT,
@@ -47,7 +47,7 @@ _PLAIN_DTYPES: dict[int, str] = {
 class TensorInfo:
     name: str
     shape: tuple[int, ...]  # ggml order: ne0 (the row length) first
-    ggml_type: int  # a gguf.GGMLQuantizationType value
+    ggml_type: int  # a GGMLQuantizationType value (ggml_types.py)
     offset: int  # absolute file offset of the first byte
     nbytes: int
 

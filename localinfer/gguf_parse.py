@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from localinfer.errors import GGUFError
+from localinfer.ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from localinfer.gguf_strings import read_string_array
 
 GGUF_MAGIC = b"GGUF"
