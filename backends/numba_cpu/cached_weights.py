@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from localinfer import weight_cache
 
 from . import SOURCE_DIGEST
-from .tile_kind import TileKind
+from .tile_kind import TileKind, with_markers
 from .weights import LlamaWeights
 
 if TYPE_CHECKING:
@@ -42,4 +42,4 @@ def load_weights(g: GGUFFile, config: ModelConfig, tiled: bool
     weights, hit = weight_cache.load_or_build(
         g.path, family, f"v{LAYOUT_VERSION}-{SOURCE_DIGEST}",
         lambda: cls.load(g, config, tiled=tiled), (*classes, TileKind))
-    return weights, hit
+    return with_markers(weights), hit  # stored with TileKinds, stepped with markers

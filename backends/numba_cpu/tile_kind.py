@@ -9,17 +9,25 @@ project_q8k.project_as does for the q8_K path.  Inside jitted code, kind_of give
 a constant, which LLVM folds out of every branch on it.
 
 A TileKind is a dataclass, so the repacked-weight cache stores it (cached_weights.py names the
-class for reading it back).
+class for reading it back).  What the step is given is its kind's marker instead (with_markers):
+Numba's dispatcher types an argument in C when it can fingerprint it (numbers, arrays, tuples of
+them, namedtuples by class name) and calls Python's typeof otherwise, for the whole tuple that
+holds it: a TileKind made each weight tuple cost ~90 us of typing per step (0.5 ms of a 5 ms
+SmolLM2 decode).  A marker is an instance of a field-less namedtuple class of its own per kind,
+which the C fingerprint tells apart by name and which types as the same TileKindType.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import namedtuple
 from dataclasses import dataclass
+from typing import Any
 
 from llvmlite import ir
 from numba import types
 from numba.core.errors import TypingError
-from numba.extending import intrinsic
+from numba.extending import intrinsic, typeof_impl
 
 from .marker_type import register_marker
 
@@ -36,6 +44,36 @@ class TileKindType(types.Type):
 
 
 register_marker(TileKind, TileKindType, lambda val: TileKindType(val.kind))
+
+_MARKERS: dict[int, tuple] = {}
+
+
+def marker(kind: int) -> tuple:
+    """The step's stand-in for TileKind(kind): it types as TileKindType(kind)."""
+    if kind not in _MARKERS:
+        cls = namedtuple(f"LocalinferTileKind{kind}", ())  # no fields: the name is the kind
+        typeof_impl.register(cls)(lambda val, c, k=kind: TileKindType(k))
+        _MARKERS[kind] = cls()
+    return _MARKERS[kind]
+
+
+def with_markers(tree: Any, _seen: dict[int, Any] | None = None) -> Any:
+    """A weights dataclass (or a tuple of them) with every TileStack's TileKind replaced by
+    marker(kind); objects met twice (a tied head) stay one object."""
+    seen = {} if _seen is None else _seen
+    if id(tree) in seen:
+        return seen[id(tree)]
+    out = tree
+    if isinstance(tree, tuple) and tree and isinstance(tree[0], TileKind):
+        out = (marker(tree[0].kind), *tree[1:])
+    elif isinstance(tree, tuple):
+        out = tuple(with_markers(x, seen) for x in tree)
+    elif dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        changes = {f.name: with_markers(getattr(tree, f.name), seen)
+                   for f in dataclasses.fields(tree)}
+        out = dataclasses.replace(tree, **changes)
+    seen[id(tree)] = out
+    return out
 
 
 def stack_kind(ws) -> int | None:
