@@ -58,6 +58,30 @@ def views(app: ChatApp) -> list[tuple[str, str]]:
     return [(v.role, v.content) for v in app.chat.query(MessageView)]
 
 
+class ParkedEngine:
+    """While in use, the session's engine parks before its `at`-th step until release is set:
+    a test that stops a reply mid-way (on a slow host the whole reply could end before the UI
+    saw its first frame and asked to stop) lets the engine wait there by itself."""
+
+    def __init__(self, session: ChatSession, at: int = 4) -> None:
+        self.session, self.at, self.steps = session, at, 0
+        self.parked, self.release = threading.Event(), threading.Event()
+
+    def _hook(self) -> None:  # on the engine thread, before each step
+        self.steps += 1
+        if self.steps == self.at:
+            self.parked.set()
+            self.release.wait(30)
+
+    def __enter__(self) -> ParkedEngine:
+        self.session.loop.step_hook = self._hook
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.session.loop.step_hook = None
+        self.release.set()
+
+
 def test_streamed_reply_and_prefix_cache_on_second_turn(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=96)
 
@@ -97,27 +121,15 @@ def test_streamed_reply_and_prefix_cache_on_second_turn(session, tmp_path: Path)
 
 def test_stop_mid_generation(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=400)
-    parked, release = threading.Event(), threading.Event()
-    steps = 0
-
-    def hook() -> None:  # on the engine thread, before each step
-        # on a slow host the whole reply could end before the UI asked to stop it, so the
-        # engine parks by itself after the prefill and a few tokens until escape is pressed
-        nonlocal steps
-        steps += 1
-        if steps == 4:
-            parked.set()
-            release.wait(30)
 
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            session.loop.step_hook = hook
             await pilot.press(*"Count from 1 to 200, one number per line.", "enter")
-            await wait_for(pilot, parked.is_set)
+            await wait_for(pilot, engine.parked.is_set)
             await wait_for(pilot, lambda: bool((v := app.chat.messages.last("assistant"))
                                               and v.content))
             await pilot.press("escape")
-            release.set()
+            engine.release.set()
             await wait_for(pilot, lambda: not app.chat.generating, timeout=10)
             last = app.chat.conv.messages[-1]
             assert last.role == "assistant" and last.meta["finish_reason"] == "abort"
@@ -126,11 +138,8 @@ def test_stop_mid_generation(session, tmp_path: Path) -> None:
                                     .render())
             await wait_for(pilot, lambda: session.stats().kv_blocks_used == 0, timeout=5)
 
-    try:
+    with ParkedEngine(session) as engine:
         run(body)
-    finally:
-        session.loop.step_hook = None
-        release.set()
 
 
 def test_regenerate_and_new_chat(session, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ and the engine never waits for the UI. The real app under its pilot, the real Sm
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from localinfer.tui.app import ChatApp  # noqa: E402
 from localinfer.tui.session import ChatSession, LoadOptions  # noqa: E402
 from localinfer.tui.store import ConversationStore  # noqa: E402
 from localinfer.tui.widgets.message_list import MessageView  # noqa: E402
-from test_tui_pilot import SIZE, make_app, run, send, wait_for  # noqa: E402
+from test_tui_pilot import SIZE, ParkedEngine, make_app, run, send, wait_for  # noqa: E402
 from textual.widgets import Markdown  # noqa: E402
 from textual.widgets._markdown import MarkdownBlock  # noqa: E402
 
@@ -80,31 +79,19 @@ def blocks(md: Markdown) -> list[tuple[str, str]]:
 
 def test_stop_keeps_exactly_the_tokens_taken_in(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=400)
-    parked, release = threading.Event(), threading.Event()
-    steps = 0
-
-    def hook() -> None:  # on the engine thread, before each step
-        # the reply (122 tokens here) could end before the UI saw its first frame and asked
-        # for a pause, so the engine parks by itself after the prefill and a few tokens
-        nonlocal steps
-        steps += 1
-        if steps == 4:
-            parked.set()
-            release.wait(30)
 
     async def body() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            session.loop.step_hook = hook
             before = session.stats().generation_tokens_total
             await pilot.press(*COUNT, "enter")
-            await wait_for(pilot, parked.is_set)  # the engine waits before its next step
+            await wait_for(pilot, engine.parked.is_set)  # the engine waits before its next step
             await started(pilot, app)
             await pilot.press("escape")
             reply = app.chat.reply
             assert reply is not None
             await wait_for(pilot, lambda: reply.frozen)
             taken = len(reply.token_ids)
-            release.set()  # that step still samples a token: the abort reaches the engine later
+            engine.release.set()  # that step still samples a token: the abort comes later
             await wait_for(pilot, lambda: not app.chat.generating, timeout=20)
             assert session.stats().generation_tokens_total - before > taken
             assert len(reply.token_ids) == taken  # ... and the reply does not take it
@@ -113,11 +100,8 @@ def test_stop_keeps_exactly_the_tokens_taken_in(session, tmp_path: Path) -> None
             assert meta["finish_reason"] == "abort"
             assert meta["stats"]["num_output_tokens"] == taken < 400
 
-    try:
+    with ParkedEngine(session) as engine:  # the 122-token reply waits after a few
         run(body)
-    finally:
-        session.loop.step_hook = None
-        release.set()
 
 
 def test_engine_finishes_while_the_ui_is_blocked(session, tmp_path: Path) -> None:
