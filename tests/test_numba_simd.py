@@ -126,7 +126,7 @@ def test_matmul_uses_the_dot_product_instructions(path):
     d = np.zeros((2, 1, 16), np.uint16)
     xq = np.zeros((5, 32), np.int8)
     xf = np.zeros((5, 1), np.float32)
-    args = (Isa(*path), TileKind(KIND_Q4), 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
+    args = (Isa(*path), TileKind(KIND_Q4, mins=True), 0, w, d, d, xq, xf, np.zeros((5, 1), np.int32), xf,
             np.zeros((5, 32), np.float32))
     fresh = njit(parallel=True)(matmul_tiles.py_func)  # cached code has no asm to inspect
     fresh(*args)

@@ -4,7 +4,8 @@ Numba reads NUMBA_CACHE_DIR when it is first imported, so the package sets it be
 modules import numba: a second process then loads compiled kernels from disk instead of JIT-ing.
 Numba's cache checks only the source file of the function it loads, not the files that function
 calls, so the folder is keyed by a digest of this package's sources: editing any kernel (or
-upgrading) starts a fresh cache instead of loading stale machine code.
+upgrading) starts a fresh cache instead of loading stale machine code.  A forced AVX2 path
+narrows what LLVM may emit before anything compiles (codegen_target.py).
 """
 
 import hashlib
@@ -12,6 +13,8 @@ import os
 from pathlib import Path
 
 from localinfer.paths import kernel_cache_dir
+
+from .codegen_target import narrow_for_forced_isa
 
 
 def _source_digest() -> str:
@@ -26,3 +29,4 @@ def _source_digest() -> str:
 # also keys the repacked-weight cache (cached_weights.py): the repacking code is in here too
 SOURCE_DIGEST = _source_digest()
 os.environ.setdefault("NUMBA_CACHE_DIR", str(kernel_cache_dir() / SOURCE_DIGEST))
+narrow_for_forced_isa()

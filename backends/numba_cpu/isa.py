@@ -24,10 +24,9 @@ from numba import types
 
 from localinfer.errors import InvalidRequestError
 
+from .codegen_target import ISA_ENV, VNNI_ENV
 from .marker_type import register_marker
 
-ISA_ENV = "LOCALINFER_ISA"
-VNNI_ENV = "LOCALINFER_VNNI"
 # name -> host features it needs; best first
 REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "avx512": ("avx512f", "avx512bw", "avx512vnni", "f16c"),

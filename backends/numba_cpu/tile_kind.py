@@ -35,26 +35,33 @@ from .marker_type import register_marker
 @dataclass(frozen=True, slots=True)
 class TileKind:
     kind: int  # quants.packed KIND_*
+    # the stack's m holds mins (w = d * (code - zero) + m), else m is empty; known while
+    # typing, so a kernel's per-block formula has no run-time test of it, and a kind with
+    # mins has zero 0 (Q4_1, Q5_1), so its code offset folds away too
+    mins: bool = False
 
 
 class TileKindType(types.Type):
-    def __init__(self, kind: int) -> None:
+    def __init__(self, kind: int, mins: bool = False) -> None:
         self.kind = kind
-        super().__init__(name=f"TileKind({kind})")
+        self.mins = mins
+        super().__init__(name=f"TileKind({kind}{'+m' if mins else ''})")
 
 
-register_marker(TileKind, TileKindType, lambda val: TileKindType(val.kind))
+register_marker(TileKind, TileKindType, lambda val: TileKindType(val.kind, val.mins))
 
-_MARKERS: dict[int, tuple] = {}
+_MARKERS: dict[tuple[int, bool], tuple] = {}
 
 
-def marker(kind: int) -> tuple:
-    """The step's stand-in for TileKind(kind): it types as TileKindType(kind)."""
-    if kind not in _MARKERS:
-        cls = namedtuple(f"LocalinferTileKind{kind}", ())  # no fields: the name is the kind
-        typeof_impl.register(cls)(lambda val, c, k=kind: TileKindType(k))
-        _MARKERS[kind] = cls()
-    return _MARKERS[kind]
+def marker(kind: int, mins: bool = False) -> tuple:
+    """The step's stand-in for TileKind(kind, mins): it types as TileKindType(kind, mins)."""
+    key = (kind, mins)
+    if key not in _MARKERS:
+        # no fields: the class name is the kind
+        cls = namedtuple(f"LocalinferTileKind{kind}{'M' if mins else ''}", ())
+        typeof_impl.register(cls)(lambda val, c, k=kind, mm=mins: TileKindType(k, mm))
+        _MARKERS[key] = cls()
+    return _MARKERS[key]
 
 
 def with_markers(tree: Any, _seen: dict[int, Any] | None = None) -> Any:
@@ -65,7 +72,7 @@ def with_markers(tree: Any, _seen: dict[int, Any] | None = None) -> Any:
         return seen[id(tree)]
     out = tree
     if isinstance(tree, tuple) and tree and isinstance(tree[0], TileKind):
-        out = (marker(tree[0].kind), *tree[1:])
+        out = (marker(tree[0].kind, tree[0].mins), *tree[1:])
     elif isinstance(tree, tuple):
         out = tuple(with_markers(x, seen) for x in tree)
     elif dataclasses.is_dataclass(tree) and not isinstance(tree, type):
@@ -90,3 +97,12 @@ def kind_of(typingctx, kind):
         raise TypingError(f"expected a TileKind, not {kind}")
     value = kind.kind
     return types.int64(kind), lambda ctx, builder, sig, args: ir.Constant(ir.IntType(64), value)
+
+
+@intrinsic
+def has_mins(typingctx, kind):
+    """Whether a TileKind's stack has mins, as a compile-time constant."""
+    if not isinstance(kind, TileKindType):
+        raise TypingError(f"expected a TileKind, not {kind}")
+    value = int(kind.mins)
+    return types.boolean(kind), lambda ctx, builder, sig, args: ir.Constant(ir.IntType(1), value)

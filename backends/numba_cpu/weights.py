@@ -120,7 +120,9 @@ def stack_tiles(layers: Sequence[Packed], kind: int | None = None) -> tuple:
         zero[i] = p.zero if kind in NIBBLE_KINDS else 128
     if kind != KIND_F32 and not any_m:  # no mins anywhere: the kernels skip m when it is empty
         m = np.empty((n, 0, 0, 0), np.uint16)
-    return (TileKind(kind), zero, w, d, m, wf)
+    if any_m and kind in NIBBLE_KINDS and np.any(zero):  # the kernels fold zero to 0 then
+        raise ValueError(f"a {kind}-kind stack with mins has code offsets {sorted(set(zero))}")
+    return (TileKind(kind, mins=any_m), zero, w, d, m, wf)
 
 
 TILE_CHUNK = 256 * TILE_ROWS  # rows tiled at a time

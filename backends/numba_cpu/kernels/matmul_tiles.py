@@ -47,15 +47,20 @@ from ..simd.vectors import (
     width,
 )
 from ..simd.vmath import vadd, vadd_i32, vcvt_f32, vmul, vsub_i32
-from ..tile_kind import TileKindType, kind_of
+from ..tile_kind import TileKindType, has_mins, kind_of
 
 
 @njit(nogil=True)
-def _accumulate(isa, acc, isum, dw, mw, has_m, zero, xd, xi, xs):
-    """acc + dw * (xd * float(isum - zero * xi)) + mw * xs, lane by lane."""
-    f = vcvt_f32(vsub_i32(isum, vsplat_i32(isa, zero * xi)))
+def _accumulate(isa, kind, acc, isum, dw, mw, zero, xd, xi, xs):
+    """acc + dw * (xd * float(isum - zero * xi)) + mw * xs, lane by lane.  Both tests are
+    constants of the kind's type: a kind with mins has no code offset (the subtraction and
+    its broadcast leave the loop), one without has no min term."""
+    if has_mins(kind) and kind_of(kind) != KIND_Q8:
+        f = vcvt_f32(isum)  # zero is 0 (weights.stack_tiles checks it)
+    else:
+        f = vcvt_f32(vsub_i32(isum, vsplat_i32(isa, zero * xi)))
     t = vmul(dw, vmul(vsplat_f32(isa, xd), f))
-    if has_m:
+    if has_mins(kind):
         t = vadd(t, vmul(mw, vsplat_f32(isa, xs)))
     return vadd(acc, t)
 
@@ -210,7 +215,7 @@ def _block(isa, w, d, m, has_m, t, h, b, pf, nxt):
 @njit(nogil=True, inline="always")
 def _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     """Rows i..i+3 of out, part h of tile t.  pf (prefetch tile nxt alongside): a constant at
-    each call site; has_m: m is not empty."""
+    each call site; has_m: the kind has mins (a constant too)."""
     rs = xq.strides[0]  # int8: bytes == elements
     a0 = vzero_f32(isa)
     a1 = vzero_f32(isa)
@@ -219,12 +224,12 @@ def _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt)
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
         s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
-        a0 = _accumulate(isa, a0, s0, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
-        a1 = _accumulate(isa, a1, s1, dw, mw, has_m, zo, xd[i + 1, b], xi[i + 1, b],
+        a0 = _accumulate(isa, kind, a0, s0, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
+        a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i + 1, b], xi[i + 1, b],
                          xs[i + 1, b])
-        a2 = _accumulate(isa, a2, s2, dw, mw, has_m, zo, xd[i + 2, b], xi[i + 2, b],
+        a2 = _accumulate(isa, kind, a2, s2, dw, mw, zo, xd[i + 2, b], xi[i + 2, b],
                          xs[i + 2, b])
-        a3 = _accumulate(isa, a3, s3, dw, mw, has_m, zo, xd[i + 3, b], xi[i + 3, b],
+        a3 = _accumulate(isa, kind, a3, s3, dw, mw, zo, xd[i + 3, b], xi[i + 3, b],
                          xs[i + 3, b])
     r0 = t * TILE_ROWS + h * lanes(isa)
     rows = out.shape[1]
@@ -242,7 +247,7 @@ def _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
         s = _isum1(isa, kind, w, wo, xq, i * rs + 32 * b)
-        acc = _accumulate(isa, acc, s, dw, mw, has_m, zo, xd[i, b], xi[i, b], xs[i, b])
+        acc = _accumulate(isa, kind, acc, s, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
     _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
 
 
@@ -278,16 +283,21 @@ def matmul_tiles(isa, kind, zero, w, d, m, xq, xd, xi, xs, out):
     """w (tiles, nb, 256 | 320 | 512) u8; d, m (tiles, nb, 16) f16 bits (m may be empty);
     xq (n_tokens, >= cols) i8 rows; xd, xs (n_tokens, nb) f32; xi (n_tokens, nb) i32
     -> out (n_tokens, rows) f32.  kind: a TileKind (KIND_Q4, KIND_Q5 or KIND_Q8 tiles);
-    isa (a vector IsaType) sets the width and picks the byte dot product.
+    isa (a vector IsaType) sets the width and picks the byte dot product.  m is empty unless
+    the kind has mins, and then zero is 0 (checked: the formula relies on both).
 
     One loop, compiled per kind, so the code width is a constant inside it and the unpacking
-    branches leave the inner loop (about 20% faster here than testing it there; a loop per
-    has_m too gained only 2-7% for 60% more compile time); prefetching the next tile made
-    batched steps another 10-35% faster."""
+    branches leave the inner loop (about 20% faster here than testing it there); whether the
+    kind has mins is part of its type too, so the per-block formula has no test of it and, with
+    mins, no code offset either (+24% on 1 thread for Q4_1 on the AVX2 pair, at no compile cost:
+    a model compiles the variant it has); prefetching the next tile made batched steps another
+    10-35% faster."""
     n_parts = w.shape[0] * (TILE_ROWS // lanes(isa))
     # 8-bit weights: vdot_q8 may leave no offset to subtract
     zo = q8_offset(isa) if kind_of(kind) == KIND_Q8 else zero
-    has_m = m.size > 0
+    has_m = has_mins(kind)
+    if has_m != (m.size > 0) or (has_m and kind_of(kind) != KIND_Q8 and zero != 0):
+        raise ValueError("matmul_tiles: the kind's mins do not match m and zero")
     for u in prange(n_parts):
         _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
 
