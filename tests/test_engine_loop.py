@@ -153,3 +153,79 @@ def test_shutdown_drains_in_flight() -> None:
     loop.shutdown(drain_timeout=10)
     for p, h in zip(PROMPTS, handles, strict=True):
         assert collect(h)[0] == reference(p)
+
+
+class _CountingLoop:
+    """Stands in for a handle's event loop: counts the wake-ups the engine thread asks for."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.wakes = 0
+
+    def call_soon_threadsafe(self, fn, *args):
+        self.wakes += 1
+        return self.loop.call_soon_threadsafe(fn, *args)
+
+
+def test_paced_reading_gets_every_token_with_two_wakeups() -> None:
+    """A paced handle (the chat's) wakes its event loop for the first output and the end only;
+    a reader that sleeps between frames gets the outputs in batches, all of them, in order."""
+    long = SamplingParams(max_tokens=40, ignore_eos=True)
+    want = make_engine()
+    want.add_request(PROMPTS[2], long)
+    expected: list[int] = []
+    while want.has_unfinished_requests():
+        expected += [t for out in want.step() for t in out.token_ids]
+
+    async def main() -> tuple[list[int], int, int]:
+        loop = EngineLoop(make_engine())
+        loop.step_hook = lambda: time.sleep(0.002)  # ~80 ms of stream
+        handle = loop.submit(PROMPTS[2], long, aio=True, paced=True)
+        counter = _CountingLoop(asyncio.get_running_loop())
+        handle._aio = counter  # before the engine thread starts, so it sees every wake-up
+        loop.start()
+        toks: list[int] = []
+        batches = 0
+        until = None  # the first batch: woken by the first output
+        try:
+            while (outs := await handle.batch(until)) is not None:
+                batches += 1
+                toks += [t for out in outs for t in out.token_ids]
+                until = time.perf_counter() + 0.03  # then a frame every 30 ms
+        finally:
+            loop.shutdown()
+        return toks, batches, counter.wakes
+
+    toks, batches, wakes = asyncio.run(main())
+    assert toks == expected and len(toks) == 40
+    assert batches < 20  # several tokens per frame
+    assert wakes <= 2  # the first output, the end: not one per token
+
+
+def test_paced_reading_returns_the_outputs_before_a_failure() -> None:
+    async def main() -> tuple[list[int], BaseException | None]:
+        loop = EngineLoop(make_engine())
+        calls = {"n": 0}
+
+        def boom() -> None:
+            calls["n"] += 1
+            if calls["n"] == 4:  # after the prefill and two decode steps
+                raise RuntimeError("kernel exploded")
+
+        loop.step_hook = boom
+        handle = loop.submit(PROMPTS[1], PARAMS, aio=True, paced=True)
+        loop.start()
+        await asyncio.sleep(0.2)  # everything, failure included, has arrived: one batch
+        toks: list[int] = []
+        try:
+            while (outs := await handle.batch(time.perf_counter())) is not None:
+                toks += [t for out in outs for t in out.token_ids]
+        except EngineFailure as exc:
+            return toks, exc
+        finally:
+            loop.shutdown()
+        return toks, None
+
+    toks, error = asyncio.run(main())
+    assert toks == reference(PROMPTS[1])[:3]
+    assert error is not None and "kernel exploded" in str(error)

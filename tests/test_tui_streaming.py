@@ -132,19 +132,19 @@ def test_engine_finishes_while_the_ui_is_blocked(session, tmp_path: Path) -> Non
 
 def test_engine_error_keeps_the_text_shown(session, tmp_path: Path) -> None:
     app = make_app(session, tmp_path, max_tokens=200)
-    failing = False
+    steps = 0
 
     def hook() -> None:  # on the engine thread, before each step
-        if failing:
-            raise RuntimeError("injected fault")
+        nonlocal steps
+        steps += 1
+        if steps > 8:  # the prefill and a few tokens, then every step fails (counted, not
+            raise RuntimeError("injected fault")  # timed: a fast engine ends no sooner)
 
     async def body() -> None:
-        nonlocal failing
         async with app.run_test(size=SIZE) as pilot:
             session.loop.step_hook = hook
             await pilot.press(*COUNT, "enter")
             await started(pilot, app)
-            failing = True
             await wait_for(pilot, lambda: not app.chat.generating, timeout=20)
             assert_shown_and_stored(session, app, tmp_path)
             assert app.chat.conv.messages[-1].meta["finish_reason"] == "error"

@@ -1,6 +1,7 @@
 """ReplyBuffer: streamed reply text waiting for the next frame, and when that frame is due.
 
-The engine thread hands over every token as it is sampled; showing each one costs the UI a
+The engine thread hands over every token as it is sampled (without waking the UI: the chat
+reads them when wake_at() says, engine_loop.RequestHandle.batch); showing each one costs the UI a
 Markdown update, a layout pass and a repaint, and on a machine whose cores all run kernels that
 UI time (and the GIL it holds) is taken from the engine. So the UI gathers tokens here and
 shows them in frames, paced by its own CPU use: a frame that cost more pushes the next one
@@ -85,6 +86,11 @@ class ReplyBuffer:
         self.last_shown = now
         wait = min(MAX_FRAME_S, max(MIN_FRAME_S, self._frame_cost / BUDGET))
         self._next_frame = now + wait
+
+    def wake_at(self) -> float | None:
+        """When the reader should next look for tokens: the next frame's clock() time while
+        one is scheduled ahead, else None (wake for the next token as it comes)."""
+        return self._next_frame if self._clock() < self._next_frame else None
 
     @property
     def visible_tps(self) -> float | None:

@@ -74,8 +74,9 @@ class ChatSession:
     def encode(self, conv: Conversation) -> list[int]:
         return self.llm.encode(conv.prompt_messages())
 
-    def submit(self, ids: list[int], params: SamplingParams, *, aio: bool) -> RequestHandle:
-        return self.loop.submit(ids, params, aio=aio)
+    def submit(self, ids: list[int], params: SamplingParams, *, aio: bool,
+               paced: bool = False) -> RequestHandle:
+        return self.loop.submit(ids, params, aio=aio, paced=paced)
 
     def stats(self) -> EngineStats:
         return self.loop.stats()

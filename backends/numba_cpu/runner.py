@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import localinfer.backends.numba_cpu  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
 import numpy as np
@@ -12,6 +13,7 @@ from localinfer.backend import ModelRunner
 from localinfer.errors import InvalidRequestError, UnsupportedModelError
 
 from .compile_notice import CompileNotice
+from .kernel_thread import kernel_thread
 from .thread_budget import ThreadBudget
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ class NumbaModelRunner(ModelRunner):
         self._numba_threads = min(self.threads, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(self._numba_threads)
         self._budget = ThreadBudget(self._numba_threads)
+        self._kernels = kernel_thread()
         config.check_tensors(gguf)
         c = config
         self.isa = resolve_isa(isa)
@@ -121,14 +124,6 @@ class NumbaModelRunner(ModelRunner):
         self._capacity = n_tokens
 
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
-        import numba
-
-        # numba's thread count belongs to the calling thread: the engine thread of the chat
-        # and the server (EngineLoop) is not the one that built the runner, and would run
-        # every kernel on all logical CPUs instead of `threads`
-        threads = self._budget.now()  # fewer while other processes keep cores busy
-        if numba.get_num_threads() != threads:
-            numba.set_num_threads(threads)
         n = batch.num_tokens
         if batch.block_size != self.block_size:
             raise InvalidRequestError(
@@ -158,17 +153,26 @@ class NumbaModelRunner(ModelRunner):
                 for i, t in enumerate(batch.swa_block_tables):
                     swa_tables[i, : len(t)] = np.maximum(t, 0)  # released (-1): never read
                 swa_slots = np.asarray(batch.swa_slot_mapping, np.int64)
-            with self._compile_notice:
-                self._gemma3.run(tokens, positions, token_seq, tables, slots, swa_tables,
-                                 swa_slots, rows, logits)
+            self._kernels.run(self._on_kernel_thread, self._gemma3.run, tokens, positions,
+                              token_seq, tables, slots, swa_tables, swa_slots, rows, logits)
             return logits
-        with self._compile_notice:
-            self._step(self._isa, tokens, positions, token_seq, tables, slots, rows, self._dims,
-                       np.float32(c.rms_eps), float(c.rope_base),
-                       np.float32(1.0 / np.sqrt(c.head_dim)), w.embd, w.head, w.out_norm,
-                       w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo, w.wgu, w.wdown, w.q8k,
-                       self.k_pool, self.v_pool, self._bufs, logits)
+        self._kernels.run(self._on_kernel_thread, self._step, self._isa, tokens, positions,
+                          token_seq, tables, slots, rows, self._dims, np.float32(c.rms_eps),
+                          float(c.rope_base), np.float32(1.0 / np.sqrt(c.head_dim)), w.embd,
+                          w.head, w.out_norm, w.attn_norm, w.ffn_norm, w.bqkv, w.wqkv, w.wo,
+                          w.wgu, w.wdown, w.q8k, self.k_pool, self.v_pool, self._bufs, logits)
         return logits
+
+    def _on_kernel_thread(self, step: Callable[..., None], *args: Any) -> None:
+        """Run a step on the kernel thread (kernel_thread.py), with this step's thread count:
+        numba's count belongs to the calling thread, here always the kernel thread."""
+        import numba
+
+        threads = self._budget.now()  # fewer while other processes keep cores busy
+        if numba.get_num_threads() != threads:
+            numba.set_num_threads(threads)
+        with self._compile_notice:
+            step(*args)
 
     @property
     def kv_cache_bytes(self) -> int:

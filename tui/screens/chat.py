@@ -190,18 +190,19 @@ class ChatScreen(Screen[None]):
         assert session is not None
         ids = session.encode(conv)
         params = conv.settings.sampling_params(session.sampling_defaults)
-        self.handle = handle = session.submit(ids, params, aio=True)
+        self.handle = handle = session.submit(ids, params, aio=True, paced=True)
         view = await self.messages.add("assistant", "")
         self.last_turn = stats = TurnStats()
         stats.num_prompt_tokens = len(ids)
         self.reply = reply = ReplyBuffer()
         self.refresh_status(state="generating…")
         try:
-            # every output is taken in as it comes (the engine thread never waits on the
-            # UI); the screen shows them a frame at a time
-            async for out in handle:
-                if reply.add(out):
-                    stats.update(out)
+            # the engine thread never waits on the UI, nor wakes it for every token: the UI
+            # takes in what has come when its next frame is due (engine_loop.py) and shows it
+            while (outs := await handle.batch(reply.wake_at())) is not None:
+                for out in outs:
+                    if reply.add(out):
+                        stats.update(out)
                 if reply.due():
                     await self.show_frame(view, reply)
         except LocalInferError:  # the engine failed: keep what came, then say so
