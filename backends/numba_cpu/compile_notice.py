@@ -24,7 +24,10 @@ class CompileNotice:
         import llvmlite.binding as llvm
         import numba
 
-        parts = (*key, llvm.get_host_cpu_name(), numba.__version__)
+        # the features too: a forced AVX2 path narrows them (codegen_target.py) and compiles
+        # anew, which deserves the display
+        parts = (*key, llvm.get_host_cpu_name(), os.environ.get("NUMBA_CPU_FEATURES", ""),
+                 numba.__version__)
         digest = hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
         cache = Path(os.environ.get("NUMBA_CACHE_DIR") or ".")
         self.stamp = cache / "compiled" / digest

@@ -289,7 +289,7 @@ def matmul_tiles(isa, kind, zero, w, d, m, xq, xd, xi, xs, out):
     One loop, compiled per kind, so the code width is a constant inside it and the unpacking
     branches leave the inner loop (about 20% faster here than testing it there); whether the
     kind has mins is part of its type too, so the per-block formula has no test of it and, with
-    mins, no code offset either (+24% on 1 thread for Q4_1 on the AVX2 pair, at no compile cost:
+    mins, no code offset either (+13-17% on 1 thread for Q4_1 on the AVX2 pair, no compile cost:
     a model compiles the variant it has); prefetching the next tile made batched steps another
     10-35% faster."""
     n_parts = w.shape[0] * (TILE_ROWS // lanes(isa))
