@@ -187,42 +187,42 @@ def _store(isa, out, i, r0, rows, acc):
 
 
 @njit(nogil=True, inline="always")
-def _prefetch_block(w, d, m, has_m, nxt, b):
+def _prefetch_block(kind, w, d, m, nxt, b):
     """Ask for block b of tile nxt (weights, scales, mins; every part's, as the parts share
     cache lines) ahead of its use."""
     nb, tb = w.shape[1], w.shape[2]
     for c in range(tb // 64):
         prefetch(w, (nxt * nb + b) * tb + 64 * c)
     prefetch(d, (nxt * nb + b) * TILE_ROWS)
-    if has_m:
+    if has_mins(kind):
         prefetch(m, (nxt * nb + b) * TILE_ROWS)
 
 
 @njit(nogil=True, inline="always")
-def _block(isa, w, d, m, has_m, t, h, b, pf, nxt):
+def _block(isa, kind, w, d, m, t, h, b, pf, nxt):
     """Block b of part h of tile t: its scales and mins (f32 lanes) and the offset of its
     weight bytes; with pf, first a prefetch of block b of tile nxt."""
     if pf:
-        _prefetch_block(w, d, m, has_m, nxt, b)
+        _prefetch_block(kind, w, d, m, nxt, b)
     nb, tb = w.shape[1], w.shape[2]
     n = lanes(isa)
     mo = (t * nb + b) * TILE_ROWS + h * n
     dw = vload_f16(isa, d, mo)
-    mw = vload_f16(isa, m, mo) if has_m else dw
+    mw = vload_f16(isa, m, mo) if has_mins(kind) else dw
     return dw, mw, (t * nb + b) * tb + h * 4 * n
 
 
 @njit(nogil=True, inline="always")
-def _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     """Rows i..i+3 of out, part h of tile t.  pf (prefetch tile nxt alongside): a constant at
-    each call site; has_m: the kind has mins (a constant too)."""
+    each call site."""
     rs = xq.strides[0]  # int8: bytes == elements
     a0 = vzero_f32(isa)
     a1 = vzero_f32(isa)
     a2 = vzero_f32(isa)
     a3 = vzero_f32(isa)
     for b in range(w.shape[1]):
-        dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
+        dw, mw, wo = _block(isa, kind, w, d, m, t, h, b, pf, nxt)
         s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
         a0 = _accumulate(isa, kind, a0, s0, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
         a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i + 1, b], xi[i + 1, b],
@@ -240,19 +240,19 @@ def _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt)
 
 
 @njit(nogil=True, inline="always")
-def _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
+def _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
     """Row i of out, part h of tile t; the flags as in _rows4."""
     rs = xq.strides[0]
     acc = vzero_f32(isa)
     for b in range(w.shape[1]):
-        dw, mw, wo = _block(isa, w, d, m, has_m, t, h, b, pf, nxt)
+        dw, mw, wo = _block(isa, kind, w, d, m, t, h, b, pf, nxt)
         s = _isum1(isa, kind, w, wo, xq, i * rs + 32 * b)
         acc = _accumulate(isa, kind, acc, s, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
     _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
 
 
 @njit(nogil=True, inline="always")
-def _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
+def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
     """Every row of out against part u of the tiles (tile u // parts, part u % parts), four
     rows per pass; the first pass also prefetches the next tile (a thread's parts are
     consecutive under prange's static split)."""
@@ -265,16 +265,16 @@ def _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u):
     nxt = min(t + 1, w.shape[0] - 1)
     i = 0
     if n_tokens >= 4:
-        _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
         i = 4
     elif n_tokens > 0:
-        _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
         i = 1
     while i + 4 <= n_tokens:
-        _rows4(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
         i += 4
     while i < n_tokens:
-        _row1(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
         i += 1
 
 
@@ -295,9 +295,9 @@ def matmul_tiles(isa, kind, zero, w, d, m, xq, xd, xi, xs, out):
     n_parts = w.shape[0] * (TILE_ROWS // lanes(isa))
     # 8-bit weights: vdot_q8 may leave no offset to subtract
     zo = q8_offset(isa) if kind_of(kind) == KIND_Q8 else zero
-    has_m = has_mins(kind)
-    if has_m != (m.size > 0) or (has_m and kind_of(kind) != KIND_Q8 and zero != 0):
+    mins = has_mins(kind)
+    if mins != (m.size > 0) or (mins and kind_of(kind) != KIND_Q8 and zero != 0):
         raise ValueError("matmul_tiles: the kind's mins do not match m and zero")
     for u in prange(n_parts):
-        _part(isa, kind, has_m, zo, w, d, m, xq, xd, xi, xs, out, u)
+        _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u)
 
