@@ -3,9 +3,10 @@
 Layouts come from quants/packed.py.  Quantized weights meet int8 activations (quantize.py) in
 integer dot products per block of 32, scaled once per block as ggml's vec_dot does:
     out[i, r] = sum_b  d_w[r,b] * (d_x[i,b] * (isum - zero * xsum[i,b]))  +  m_w[r,b] * s_x[i,b]
-Integer block sums are exact and the float accumulation over blocks runs in one fixed order, so a
-row's result does not depend on how many other rows share the call (no fastmath here: fused or
-reassociated float ops could differ between the 4-row and the 1-row code paths).
+Integer block sums are exact and the float accumulation over blocks runs in one fixed order, each
+block's two terms added by explicit fused multiply-adds (_block), so a row's result does not depend
+on how many other rows share the call and equals the vector kernels' (matmul_tiles.py) bit for bit
+(no fastmath here: contractions LLVM chose itself could differ between code paths).
 
 Parallelism: one prange over tiles of TILE output rows; each tile's weights are read once and
 used for every activation row (four at a time, so nibbles are unpacked once per four tokens).
@@ -16,7 +17,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..simd.vmath import sfma
+
 TILE = 16
+
+
+@njit(nogil=True, inline="always")
+def _block(acc, dw, mw, xd, isum, xs):
+    """acc + dw * (xd * isum) + mw * xs with two fused multiply-adds (llama.cpp's AVX2 and NEON
+    dot products fuse the same way); isum is the block's integer sum as float32."""
+    return sfma(mw, xs, sfma(dw, xd * isum, acc))
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -44,13 +54,14 @@ def matmul_q4(nib, d, m, zero, xq, xd, xi, xs, out):
                         s3 += lo * xq[i + 3, base + j] + hi * xq[i + 3, base + 16 + j]
                     dw = d[r, b]
                     mw = m[r, b]
-                    a0 += dw * (xd[i, b] * np.float32(s0 - zero * xi[i, b])) + mw * xs[i, b]
-                    a1 += dw * (xd[i + 1, b] * np.float32(s1 - zero * xi[i + 1, b])) + (
-                        mw * xs[i + 1, b])
-                    a2 += dw * (xd[i + 2, b] * np.float32(s2 - zero * xi[i + 2, b])) + (
-                        mw * xs[i + 2, b])
-                    a3 += dw * (xd[i + 3, b] * np.float32(s3 - zero * xi[i + 3, b])) + (
-                        mw * xs[i + 3, b])
+                    a0 = _block(a0, dw, mw, xd[i, b], np.float32(s0 - zero * xi[i, b]),
+                                xs[i, b])
+                    a1 = _block(a1, dw, mw, xd[i + 1, b],
+                                np.float32(s1 - zero * xi[i + 1, b]), xs[i + 1, b])
+                    a2 = _block(a2, dw, mw, xd[i + 2, b],
+                                np.float32(s2 - zero * xi[i + 2, b]), xs[i + 2, b])
+                    a3 = _block(a3, dw, mw, xd[i + 3, b],
+                                np.float32(s3 - zero * xi[i + 3, b]), xs[i + 3, b])
                 out[i, r] = a0
                 out[i + 1, r] = a1
                 out[i + 2, r] = a2
@@ -66,8 +77,8 @@ def matmul_q4(nib, d, m, zero, xq, xd, xi, xs, out):
                         w = nib[r, b, j]
                         s0 += np.int32(w & 15) * xq[i, base + j] + np.int32(w >> 4) * xq[
                             i, base + 16 + j]
-                    a0 += d[r, b] * (xd[i, b] * np.float32(s0 - zero * xi[i, b])) + (
-                        m[r, b] * xs[i, b])
+                    a0 = _block(a0, d[r, b], m[r, b], xd[i, b],
+                                np.float32(s0 - zero * xi[i, b]), xs[i, b])
                 out[i, r] = a0
             i += 1
 
@@ -94,10 +105,10 @@ def matmul_q8(q, d, m, xq, xd, xs, out):
                         s3 += w * xq[i + 3, base + j]
                     dw = d[r, b]
                     mw = m[r, b]
-                    a0 += dw * (xd[i, b] * np.float32(s0)) + mw * xs[i, b]
-                    a1 += dw * (xd[i + 1, b] * np.float32(s1)) + mw * xs[i + 1, b]
-                    a2 += dw * (xd[i + 2, b] * np.float32(s2)) + mw * xs[i + 2, b]
-                    a3 += dw * (xd[i + 3, b] * np.float32(s3)) + mw * xs[i + 3, b]
+                    a0 = _block(a0, dw, mw, xd[i, b], np.float32(s0), xs[i, b])
+                    a1 = _block(a1, dw, mw, xd[i + 1, b], np.float32(s1), xs[i + 1, b])
+                    a2 = _block(a2, dw, mw, xd[i + 2, b], np.float32(s2), xs[i + 2, b])
+                    a3 = _block(a3, dw, mw, xd[i + 3, b], np.float32(s3), xs[i + 3, b])
                 out[i, r] = a0
                 out[i + 1, r] = a1
                 out[i + 2, r] = a2
@@ -111,7 +122,7 @@ def matmul_q8(q, d, m, xq, xd, xs, out):
                     base = b * 32
                     for j in range(32):
                         s0 += np.int32(q[r, b, j]) * xq[i, base + j]
-                    a0 += d[r, b] * (xd[i, b] * np.float32(s0)) + m[r, b] * xs[i, b]
+                    a0 = _block(a0, d[r, b], m[r, b], xd[i, b], np.float32(s0), xs[i, b])
                 out[i, r] = a0
             i += 1
 

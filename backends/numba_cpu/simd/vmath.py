@@ -107,6 +107,18 @@ def sround_f16(typingctx, x):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def sfma(typingctx, a, b, c):
+    """a * b + c for float32 scalars in one rounding (llvm.fma.f32): the generic kernels'
+    twin of vfma, so a generic lane rounds exactly as a vector lane does."""
+    if not a == b == c == types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return call(builder, "llvm.fma.f32", F32, list(args))
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
 def _reduce(src: type, name: str, scalar, element: ir.Type, start: float | None = None):
     """An intrinsic: the llvm.vector.reduce.<name> of a vector of class src, as a scalar;
     `start` (fadd) makes it the sequential sum from that value."""
