@@ -1,6 +1,11 @@
 """The parity criteria for teacher-forced logits against a reference (llama.cpp, or another
-backend): no top-1 difference where the reference leads by >= 0.5, and a bound on the mean KL
-divergence of our distribution from the reference's."""
+backend): no top-1 difference where the reference leads by >= 1.0, and a bound on the mean KL
+divergence of our distribution from the reference's.
+
+Why 1.0: llama.cpp disagrees with itself by that much.  Its AVX2 and its AVX-512 builds, on one
+Xeon host and SmolLM2 Q4_1 (tests/test_numba_parity.py's text), differ by 0.18 logits on average
+and 2.6 at most; at one position the AVX-512 build's top-1 led by 0.54 and the AVX2 build's by
+0.46.  A lead of 0.5 made the test pass or fail with the host the reference was built on."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ def kl_per_position(ref: np.ndarray, ours: np.ndarray) -> np.ndarray:
     return (np.exp(lr) * (lr - lo)).sum(axis=1)
 
 
-def confident_mismatches(ref: np.ndarray, ours: np.ndarray, lead: float = 0.5) -> np.ndarray:
+def confident_mismatches(ref: np.ndarray, ours: np.ndarray, lead: float = 1.0) -> np.ndarray:
     """Positions where the reference's top-1 leads its runner-up by >= lead and ours differs."""
     top2 = np.sort(ref, axis=1)[:, -2:]
     confident = top2[:, 1] - top2[:, 0] >= lead
