@@ -15,7 +15,7 @@ from localinfer.engine.adaptive_k import MISSES_TO_PAUSE, AdaptiveK
 from localinfer.engine.block_manager import _ROOT_HASH
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.ngram_proposer import NgramProposer, find_continuation
-from localinfer.engine.proposer import make_proposer
+from localinfer.engine.proposer import Proposer, make_proposer
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.verifier import verify
 from localinfer.errors import InvalidRequestError
@@ -159,11 +159,37 @@ def test_eos_inside_accepted_run_stops_there():
 
 # -- rollback ----------------------------------------------------------------------------------
 
-def test_rollback_frees_guess_blocks_and_never_caches_rejected_tokens():
-    engine = make_engine(order=2, num_blocks=64, block_size=4, **SPEC)
+class OracleProposer(Proposer):
+    """Guesses the true continuation (from a plain run) for a random number of tokens, then
+    wrong ones: every verification accepts a known prefix and rejects the rest."""
+
+    def __init__(self, truth: dict[tuple[int, ...], list[int]], seed: int) -> None:
+        self.truth = truth
+        self.rng = np.random.default_rng(seed)
+
+    def propose(self, seqs, ks):
+        out = []
+        for seq, k in zip(seqs, ks, strict=True):
+            full = self.truth[tuple(seq.prompt_token_ids)]
+            right = full[seq.num_tokens : seq.num_tokens + int(self.rng.integers(0, k + 1))]
+            wrong = [(t + 1) % 64 for t in full[seq.num_tokens + len(right):][: k - len(right)]]
+            out.append(right + wrong)
+        return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rollback_frees_guess_blocks_and_never_caches_rejected_tokens(seed):
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    prompts = PROMPTS[:4]
+    plain = [generate([p], params, order=None)[0][0][0] for p in prompts]
+    truth = {tuple(p): p + out for p, out in zip(prompts, plain, strict=True)}
+    # a pool just large enough: guesses must fit in it, and freed guess blocks get reused
+    engine = make_engine(order=None, num_blocks=40, block_size=4, max_num_batched_tokens=16,
+                         **SPEC)
+    engine.speculator.proposer = OracleProposer(truth, seed)
     bm = engine.block_manager
-    ids = [engine.add_request(p, GREEDY) for p in PROMPTS[:3]]
-    outputs = {i: list(PROMPTS[i]) for i in ids}
+    ids = [engine.add_request(p, params) for p in prompts]
+    outputs = {i: list(p) for i, p in zip(ids, prompts, strict=True)}
     while engine.has_unfinished_requests():
         for out in engine.step():
             outputs[out.seq_id] += out.token_ids
@@ -177,15 +203,16 @@ def test_rollback_frees_guess_blocks_and_never_caches_rejected_tokens():
                 valid.add((parent, block))
         for h, b in bm.cached_blocks.items():
             assert (h, bm.blocks[b].token_ids) in valid
-        held = sum(len(s.block_table) for s in engine.scheduler.running)
-        assert bm.num_used_blocks == held  # nothing leaked by a rollback
-        for s in engine.scheduler.running:  # a table covers the computed tokens, no more
-            assert len(s.block_table) * 4 < s.num_computed_tokens + 4 + 4
+        held = {b for s in engine.scheduler.running for b in s.block_table}
+        assert bm.num_used_blocks == len(held)  # nothing leaked by a rollback
+        for s in engine.scheduler.running:  # no block kept past the accepted tokens
+            assert len(s.block_table) <= -(-s.num_tokens // 4)
+    assert [outputs[i][len(p):] for i, p in zip(ids, prompts, strict=True)] == plain
     assert bm.num_used_blocks == 0
     rollbacks = engine.runner.rollbacks
-    assert rollbacks and any(freed for _, _, freed in rollbacks)
+    assert sum(len(freed) for _, _, freed in rollbacks) > 5
     stats = engine.stats()
-    assert stats.spec_accepted_tokens < stats.spec_proposed_tokens  # some were rejected
+    assert 0 < stats.spec_accepted_tokens < stats.spec_proposed_tokens
 
 
 def test_runner_without_rollback_refuses_speculation():
@@ -229,10 +256,16 @@ def test_ngram_proposer_follows_a_growing_sequence():
     assert proposer.propose([seq], [3]) == [[3, 4, 1]]
     for t in range(100, 200):  # grows past the first buffer
         seq.append_token(t)
+    seq.append_token(149)
     seq.append_token(150)
     assert proposer.propose([seq], [2]) == [[151, 152]]
     proposer.free(seq)
     assert proposer.propose([seq], [1]) == [[151]]
+    periodic = Sequence(1, "r1", [9, 1, 2, 3, 1, 2, 3, 1, 2], SamplingParams())
+    assert proposer.propose([periodic], [7]) == [[3, 1, 2, 3, 1, 2, 3]]
+    seq.append_token(7)  # no earlier [150, 7]: a 1-gram match alone is not enough
+    assert proposer.propose([seq], [3]) == [[]]
+    assert NgramProposer(min_n=1).propose([seq], [1]) == [[]]  # no 7 before either
 
 
 # -- adaptive k --------------------------------------------------------------------------------
@@ -331,3 +364,22 @@ def test_sampled_speculation_completes_and_keeps_max_tokens():
     assert engine.stats().spec_accepted_tokens > 0
     again, _ = generate(PROMPTS[:2], params, **SPEC)
     assert again == got  # seeded: reproducible
+
+
+# -- surfaces ----------------------------------------------------------------------------------
+
+def test_metrics_expose_speculative_counters():
+    pytest.importorskip("prometheus_client")
+    from localinfer.server.metrics import ServerMetrics
+
+    _, engine = generate([PROMPTS[1]], **SPEC)
+    stats = engine.stats()
+    metrics = ServerMetrics()
+    metrics.watch_engine(lambda: (stats, 0, 0))
+    text = metrics.render().decode()
+    assert f"localinfer_spec_decode_num_draft_tokens_total {stats.spec_proposed_tokens:.1f}" in text
+    assert (f"localinfer_spec_decode_num_accepted_tokens_total "
+            f"{stats.spec_accepted_tokens:.1f}") in text
+    assert f"localinfer_spec_decode_num_verifications_total {stats.spec_verifications:.1f}" in text
+    assert "localinfer_spec_decode_acceptance_rate" in text
+    assert stats.spec_accepted_tokens > 0
