@@ -64,3 +64,29 @@ def test_qwen_code_edit_same_tokens_with_ngram_speculation(qwen2_path: Path) -> 
     # the reply repeats the function: most guesses hold
     assert stats.spec_verifications > 0 and stats.spec_accepted_tokens > 30
     assert stats.spec_acceptance_rate > 0.5
+
+
+@pytest.mark.slow
+def test_llamacpp_rolls_back_rejected_guesses(smollm2_path: Path) -> None:
+    """The llama.cpp backend keeps K/V of its own: rejected guesses must leave it
+    (llama_memory_seq_rm), or later tokens attend to them and the text changes. (Free text
+    is not compared: llama.cpp's multi-token steps round differently from its one-token
+    ones, so near-ties may flip, as in test_llamacpp_backend.)"""
+    pytest.importorskip("llama_cpp")
+    from localinfer.llm import LLM
+
+    params = SamplingParams(max_tokens=64, temperature=0.0)
+    outputs = {}
+    for spec in (None, "ngram"):
+        with LLM(str(smollm2_path), backend="llamacpp", threads=2, max_model_len=1024,
+                 speculative=spec, backend_options={"flash_attn": False}) as llm:
+            outputs[spec] = llm.generate(llm.request(CODE_EDIT), params)[0].token_ids
+            stats = llm.engine.stats()
+            kv = llm.engine.runner.kv
+            assert not kv.live  # finished: llama.cpp holds only cached blocks' cells
+            for seq, blocks in kv.cell_blocks().items():
+                top = max(kv.records[b].index + 1 for b in blocks) * 16 - 1
+                assert llm.engine.runner.seq_pos_max(seq) == top
+    assert outputs["ngram"] == outputs[None]
+    assert stats.spec_accepted_tokens > 10
+    assert stats.spec_accepted_tokens < stats.spec_proposed_tokens  # some rolled back
