@@ -94,7 +94,7 @@ class LLM:
         """backend_options: extra keyword arguments for the backend's runner, e.g.
         {"n_gpu_layers": 99} for llamacpp. speculative: "ngram" guesses tokens by prompt
         lookup and verifies them in the same step (greedy outputs are unchanged), at most
-        num_speculative_tokens per step (default 5); see engine/speculator.py."""
+        num_speculative_tokens per step (default 8); see engine/speculator.py."""
         from localinfer.backend import get_backend
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate

@@ -15,7 +15,7 @@ def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
                         "repeats its input: code edits, extraction); greedy output is "
                         "unchanged. A draft MODEL is not supported yet")
     p.add_argument("--num-speculative-tokens", type=int, metavar="K",
-                   help="most tokens a sequence guesses per step (default 5; it adapts "
+                   help="most tokens a sequence guesses per step (default 8; it adapts "
                         "below that to how many are accepted)")
 
 
