@@ -290,6 +290,24 @@ def test_adaptive_k_pauses_under_constant_rejection_and_probes_again():
     assert state.want() == 2
 
 
+def test_speculator_skips_constrained_sequences_and_respects_limits():
+    from localinfer.engine.speculator import Speculator
+
+    speculator = Speculator(NgramProposer(), 4, max_decodes=2)
+    tokens = [1, 2, 3, 4, 5, 1, 2]
+    free = Sequence(0, "r0", list(tokens), SamplingParams(max_tokens=50))
+    guided = Sequence(1, "r1", list(tokens), SamplingParams(max_tokens=50), guide=object())
+    assert speculator.propose([free, guided], 16, 1000) == [(free, [3, 4, 5, 1])]
+    # k is capped by the step's budget, by max_tokens and by the context left after the
+    # token the step samples anyway
+    assert speculator.propose([free], 2, 1000) == [(free, [3, 4])]
+    short = Sequence(2, "r2", list(tokens), SamplingParams(max_tokens=3), num_prompt_tokens=6)
+    assert speculator.propose([short], 16, 1000) == [(short, [3])]
+    assert speculator.propose([free], 16, len(tokens) + 3) == [(free, [3, 4])]
+    # more decoding sequences than max_decodes: nobody guesses
+    assert speculator.propose([free, short, guided], 16, 1000) == []
+
+
 def test_speculation_stops_spending_when_guesses_fail():
     # order None: the text never repeats, so lookup guesses are (almost) always wrong
     params = SamplingParams(max_tokens=120, ignore_eos=True)
