@@ -2,11 +2,12 @@
 
 A guess is a token the step computes for the sequence beyond its last one; it pays only when
 the step costs hardly more for it. On a CPU a decode step is bound by reading the weights,
-so a few more tokens ride along almost free while the batch is small (measured, Qwen2.5-Coder-
-0.5B on 2 cores, logits at every position: a step of 4 tokens costs 1.2x one of 1 token, 9
-tokens 1.8x, 32 tokens 4x); once many sequences decode together the step is bound by compute
-and every guessed token costs about what a real one does, so a rejected guess is a loss. The rules, applied after the scheduler has placed every
-decode and prefill chunk (guesses never displace them):
+so a few more tokens ride along almost free while the batch is small (measured on
+Qwen2.5-Coder-0.5B, 2 cores, logits at every position: a step of 4 tokens costs 1.2x one of
+1 token, 9 tokens 1.8x, 32 tokens 4x); once many sequences decode together the step is bound
+by compute and every guessed token costs about what a real one does, so a rejected guess is a
+loss. The rules, applied after the scheduler has placed every decode and prefill chunk
+(guesses never displace them):
 
 - no guesses in a step with more than `max_decodes` decoding sequences (default 4, so at 16
   concurrent streams speculation never runs and never lowers throughput);
