@@ -14,6 +14,7 @@ import localinfer.engine.llm_engine as llm_engine
 from localinfer.engine.adaptive_k import MISSES_TO_PAUSE, AdaptiveK
 from localinfer.engine.block_manager import _ROOT_HASH
 from localinfer.engine.config import EngineConfig
+from localinfer.engine.llm_engine import LLMEngine
 from localinfer.engine.ngram_proposer import NgramProposer, find_continuation
 from localinfer.engine.proposer import Proposer, make_proposer
 from localinfer.engine.sequence import Sequence
@@ -323,6 +324,14 @@ def test_speculation_stops_spending_when_guesses_fail():
 CHI2_CRIT_1E4 = {1: 15.14, 2: 18.42, 3: 21.11, 4: 23.51, 5: 25.74, 6: 27.86, 7: 29.88}
 
 
+def chi2_crit_1e4(df: int) -> float:
+    """The chi-square distribution's 1 - 1e-4 quantile (Wilson-Hilferty past the table)."""
+    if df in CHI2_CRIT_1E4:
+        return CHI2_CRIT_1E4[df]
+    h = 2 / (9 * df)
+    return df * (1 - h + 3.719 * np.sqrt(h)) ** 3
+
+
 def _expected(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
     """The plain sampler's distribution, computed independently: softmax at the temperature
     over the smallest set of likeliest tokens reaching top_p."""
@@ -367,12 +376,52 @@ def test_rejection_sampling_preserves_the_target_distribution():
             if out[0] == guess:
                 second[out[1]] += 1
         stat, df = _chi2(first, p0)
-        assert stat < CHI2_CRIT_1E4[df], (guess, stat, first, p0 * n)
+        assert stat < chi2_crit_1e4(df), (guess, stat, first, p0 * n)
         if guess != outside:
             stat, df = _chi2(second, p1)
-            assert stat < CHI2_CRIT_1E4[df], (guess, stat, second, p1 * second.sum())
+            assert stat < chi2_crit_1e4(df), (guess, stat, second, p1 * second.sum())
         else:
             assert second.sum() == 0
+
+
+def test_engine_sampling_with_speculation_matches_plain_distribution():
+    """End to end (proposer, verification inside the batch, rollback, per-request seeds):
+    3000 seeded requests at temperature 0.8 with top-p 0.9 on a prompt whose text repeats,
+    with and without speculation; the joint distribution of each request's 2nd and 3rd
+    tokens must be the same (two-sample chi-square, false-alarm rate 1e-4)."""
+    prompt = PROMPTS[1] + generate([PROMPTS[1]])[0][0][0][:12]  # ends in its greedy cycle
+    n = 3000
+
+    def tally(**kw) -> tuple[dict[tuple[int, int], int], LLMEngine]:
+        engine = make_engine(order=1, num_blocks=4096, block_size=4, max_num_seqs=256,
+                             max_num_batched_tokens=2048, **kw)
+        for i in range(n):
+            engine.add_request(prompt, SamplingParams(max_tokens=6, temperature=0.8,
+                                                      top_p=0.9, seed=i, ignore_eos=True))
+        toks: dict[int, list[int]] = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                toks.setdefault(out.seq_id, []).extend(out.token_ids)
+        counts: dict[tuple[int, int], int] = {}
+        for t in toks.values():
+            counts[t[1], t[2]] = counts.get((t[1], t[2]), 0) + 1
+        return counts, engine
+
+    plain, _ = tally()
+    spec, engine = tally(speculative_max_decodes=n, **SPEC)
+    stats = engine.stats()
+    assert stats.spec_accepted_tokens > 500  # guesses were verified, and often held
+    # categories expected at least 10 times in both; the rest pooled into one
+    keys = sorted(set(plain) | set(spec))
+    big = [k for k in keys if plain.get(k, 0) + spec.get(k, 0) >= 20]
+    a = np.array([plain.get(k, 0) for k in big] + [n - sum(plain.get(k, 0) for k in big)])
+    b = np.array([spec.get(k, 0) for k in big] + [n - sum(spec.get(k, 0) for k in big)])
+    keep = (a + b) > 0
+    a, b = a[keep], b[keep]
+    expected = (a + b) / 2
+    stat = float((((a - expected) ** 2 + (b - expected) ** 2) / expected).sum())
+    df = len(a) - 1
+    assert stat < chi2_crit_1e4(df), (stat, df)
 
 
 def test_sampled_speculation_completes_and_keeps_max_tokens():
