@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from engine_fakes import EOS, FakeRunner, FakeTokenizer, make_engine, piece
+from engine_fakes import EOS, FakeDetokenizer, FakeRunner, FakeTokenizer, make_engine, piece
 from test_llm_engine import run
 
 import localinfer.engine.llm_engine as llm_engine
@@ -214,6 +214,35 @@ def test_rollback_frees_guess_blocks_and_never_caches_rejected_tokens(seed):
     assert sum(len(freed) for _, _, freed in rollbacks) > 5
     stats = engine.stats()
     assert 0 < stats.spec_accepted_tokens < stats.spec_proposed_tokens
+
+
+def test_rollback_in_a_sliding_window_pool():
+    """A model with sliding-window layers (gemma3) keeps a second pool: guesses take blocks
+    there too, and a rollback returns them."""
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    prompts = PROMPTS[:3]
+    plain = [generate([p], params, order=None)[0][0][0] for p in prompts]
+    truth = {tuple(p): p + out for p, out in zip(prompts, plain, strict=True)}
+    config = EngineConfig(block_size=4, num_blocks=64, max_num_batched_tokens=16, **SPEC)
+    runner = FakeRunner(64, 4)
+    runner.sliding_window, runner.num_swa_blocks = 8, 24
+    engine = llm_engine.LLMEngine(runner, FakeTokenizer(), config, FakeDetokenizer)
+    engine.speculator.proposer = OracleProposer(truth, 5)
+    sliding = engine.sliding
+    assert sliding is not None
+    ids = [engine.add_request(p, params) for p in prompts]
+    got = {i: [] for i in ids}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            got[out.seq_id] += out.token_ids
+        live = [b for s in engine.scheduler.running for b in sliding.tables.get(s.seq_id, [])
+                if b >= 0]
+        assert sliding.num_used_blocks == len(live) == len(set(live))
+        for s in engine.scheduler.running:
+            assert len(sliding.tables.get(s.seq_id, [])) <= -(-s.num_tokens // 4)
+    assert [got[i] for i in ids] == plain
+    assert sliding.num_used_blocks == 0 and engine.block_manager.num_used_blocks == 0
+    assert engine.stats().spec_accepted_tokens < engine.stats().spec_proposed_tokens
 
 
 def test_runner_without_rollback_refuses_speculation():
