@@ -90,3 +90,26 @@ def test_llamacpp_rolls_back_rejected_guesses(smollm2_path: Path) -> None:
     assert outputs["ngram"] == outputs[None]
     assert stats.spec_accepted_tokens > 10
     assert stats.spec_accepted_tokens < stats.spec_proposed_tokens  # some rolled back
+
+
+@pytest.mark.slow
+def test_smollm2_eight_batched_with_speculation_equal_plain_alone(smollm2_path: Path) -> None:
+    """8 prompts at once — prefill chunks beside speculating decodes (the batch-size rule
+    raised to 8 so they all guess) — give each prompt's plain greedy tokens."""
+    from localinfer.llm import LLM
+
+    prompts = [CODE_EDIT, "List the days of the week, then list them again.",
+               "Count from 1 to 20 separated by commas.", "Tell me a story about a cat.",
+               "Repeat this sentence three times: the quick brown fox jumps over the dog.",
+               "What is the capital of France?", "Write the alphabet in capitals.",
+               "Write a Python function that reverses a list."]
+    params = SamplingParams(max_tokens=48, temperature=0.0)
+    with LLM(str(smollm2_path), max_model_len=1024, max_num_batched_tokens=64) as llm:
+        plain = [llm.generate(llm.request(p), params)[0].token_ids for p in prompts]
+    with LLM(str(smollm2_path), max_model_len=1024, max_num_batched_tokens=64,
+             speculative="ngram") as llm:
+        llm.engine.speculator.max_decodes = 8
+        batched = [r.token_ids for r in llm.generate([llm.request(p) for p in prompts], params)]
+        stats = llm.engine.stats()
+    assert batched == plain
+    assert stats.spec_accepted_tokens > 20
