@@ -113,3 +113,19 @@ def test_smollm2_eight_batched_with_speculation_equal_plain_alone(smollm2_path: 
         stats = llm.engine.stats()
     assert batched == plain
     assert stats.spec_accepted_tokens > 20
+
+
+@pytest.mark.slow
+def test_bench_speculative_table(smollm2_path: Path, tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "spec.json"
+    proc = cli("bench", "--speculative", "ngram", "--quick", "--tokens", "24", "--model",
+               str(smollm2_path), "--threads", "2", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    for row in ("code edit", "passage answer", "story", "4 streams, mixed", "speed-up"):
+        assert row in proc.stdout
+    doc = json.loads(out.read_text())
+    assert [r["workload"] for r in doc["rows"]][:3] == ["code edit", "passage answer", "story"]
+    assert all(r["plain_tps"] > 0 and r["spec_tps"] > 0 for r in doc["rows"])
+    assert doc["rows"][0]["acceptance"] > 0  # the code edit repeats its prompt

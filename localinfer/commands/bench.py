@@ -46,6 +46,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
 
 
 def main(name: str, args: argparse.Namespace) -> int:
+    mode = getattr(args, "mode", None)
+    if mode is not None and (args.speculative or args.num_speculative_tokens):
+        where = "start the server with it" if mode == "serve" else "not measured there yet"
+        raise InvalidRequestError(f"--speculative is not an option of `bench {mode}` ({where})")
     if getattr(args, "mode", None) == "serve":
         from localinfer.server import loadgen
 
