@@ -37,6 +37,11 @@ class ModelRunner(ABC):
     # the pool's blocks; the engine then gives every batch swa_block_tables / swa_slot_mapping
     sliding_window: int = 0
     num_swa_blocks: int | None = None
+    # True for runners that can take speculative guesses (engine/speculator.py): a sequence's
+    # step then carries its last token and k guesses, logits come back for all of them, and
+    # rollback() drops the rejected ones. A runner whose K/V live at the engine's slot mapping
+    # has nothing to drop (the default); one that keeps K/V of its own must implement rollback
+    supports_speculation: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -76,6 +81,14 @@ class ModelRunner(ABC):
     ) -> None:
         """The engine freed a sequence's blocks (finished, aborted or preempted); `cached`
         are those it keeps in its prefix cache. Runners that own the block pool ignore it."""
+
+    def rollback(  # noqa: B027 - optional hook
+        self, seq_id: int, num_tokens: int, freed_blocks: list[int]
+    ) -> None:
+        """The engine rejected speculative guesses: the sequence's K/V now end at position
+        num_tokens, and `freed_blocks` (its table's blocks past them) went back to the pool.
+        A runner that writes K/V only where the slot mapping says and reads only up to
+        context_lens needs nothing: the next step rewrites those positions before reading."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (memory maps, threads)."""

@@ -88,19 +88,33 @@ class LLM:
         enable_prefix_caching: bool = True,
         progress: bool = False,
         backend_options: dict[str, Any] | None = None,
+        speculative: str | None = None,
+        num_speculative_tokens: int | None = None,
     ) -> None:
         """backend_options: extra keyword arguments for the backend's runner, e.g.
-        {"n_gpu_layers": 99} for llamacpp."""
+        {"n_gpu_layers": 99} for llamacpp. speculative: "ngram" guesses tokens by prompt
+        lookup and verifies them in the same step (greedy outputs are unchanged), at most
+        num_speculative_tokens per step (default 8); see engine/speculator.py."""
         from localinfer.backend import get_backend
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate
-        from localinfer.engine.config import DEFAULT_MAX_MODEL_LEN, EngineConfig
+        from localinfer.engine.config import (
+            DEFAULT_MAX_MODEL_LEN,
+            DEFAULT_NUM_SPECULATIVE_TOKENS,
+            EngineConfig,
+        )
         from localinfer.engine.continuations import Continuations
         from localinfer.engine.llm_engine import LLMEngine
         from localinfer.gguf_file import open_gguf
         from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
         from localinfer.tokenizer.cache import load_tokenizer
 
+        if num_speculative_tokens is None:
+            num_speculative_tokens = DEFAULT_NUM_SPECULATIVE_TOKENS
+        elif speculative is None:
+            raise InvalidRequestError("num_speculative_tokens needs speculative (e.g. 'ngram')")
+        # checked before the model loads: a typo costs no download or compile
+        EngineConfig(speculative=speculative, num_speculative_tokens=num_speculative_tokens)
         self.path: Path = Catalog.load().resolve(model, progress=progress)
         self.gguf = open_gguf(self.path)
         try:
@@ -119,6 +133,8 @@ class LLM:
                 max_num_batched_tokens=max_num_batched_tokens,
                 kv_cache_mb=kv_cache_mb,
                 enable_prefix_caching=enable_prefix_caching,
+                speculative=speculative,
+                num_speculative_tokens=num_speculative_tokens,
             )
             options = dict(backend_options or {})
             num_blocks = self._size_kv_pools(runner_cls, options)

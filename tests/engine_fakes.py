@@ -18,12 +18,16 @@ class FakeRunner(ModelRunner):
     slots the batch names, as a paged KV cache would; reading a slot that was never written
     (or that holds another position) fails the test."""
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:  # no GGUF file to own
-        self.threads = None
+    def __init__(self, num_blocks: int, block_size: int, order: int | None = None) -> None:
+        self.threads = None  # no GGUF file to own
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.kv: dict[int, tuple[int, int]] = {}  # slot -> (position, hash of context)
+        # order n: logits depend only on the last n tokens (read back from the KV slots), so
+        # greedy text soon repeats itself (prompt lookup then guesses right); None: on all
+        self.order = order
+        self.kv: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # slot -> (pos, hash, last)
         self.num_steps = 0
+        self.rollbacks: list[tuple[int, int, list[int]]] = []
 
     def execute(self, batch: ScheduledBatch) -> np.ndarray:
         self.num_steps += 1
@@ -34,18 +38,24 @@ class FakeRunner(ModelRunner):
             for flat in range(batch.seq_starts[i], batch.seq_starts[i + 1]):
                 pos = batch.positions[flat]
                 assert batch.slot_mapping[flat] == table[pos // bs] * bs + pos % bs
-                prev = 0
+                prev, last = 0, ()
                 if pos > 0:
                     slot = table[(pos - 1) // bs] * bs + (pos - 1) % bs
                     assert slot in self.kv, f"read of unwritten KV slot {slot}"
-                    stored_pos, prev = self.kv[slot]
+                    stored_pos, prev, last = self.kv[slot]
                     assert stored_pos == pos - 1, "KV slot holds another position"
-                h = hash((prev, batch.token_ids[flat], pos)) & 0xFFFFFFFF
-                self.kv[batch.slot_mapping[flat]] = (pos, h)
-                ctx.append(h)
+                token = batch.token_ids[flat]
+                h = hash((prev, token, pos)) & 0xFFFFFFFF
+                last = (*last, token)[-(self.order or 1):]
+                self.kv[batch.slot_mapping[flat]] = (pos, h, last)
+                ctx.append(h if self.order is None else hash(last) & 0xFFFFFFFF)
             assert batch.context_lens[i] == batch.positions[batch.seq_starts[i + 1] - 1] + 1
         rows = [fake_logits(ctx[j]) for j in batch.logits_indices]
         return np.stack(rows) if rows else np.zeros((0, N_VOCAB), np.float32)
+
+
+    def rollback(self, seq_id: int, num_tokens: int, freed_blocks: list[int]) -> None:
+        self.rollbacks.append((seq_id, num_tokens, list(freed_blocks)))
 
 
 def fake_logits(h: int) -> np.ndarray:
@@ -75,8 +85,9 @@ class FakeDetokenizer:
         return ""
 
 
-def make_engine(num_blocks=64, block_size=4, **kw) -> LLMEngine:
+def make_engine(num_blocks=64, block_size=4, order: int | None = None, **kw) -> LLMEngine:
     config = EngineConfig(block_size=block_size, num_blocks=num_blocks, **kw)
-    return LLMEngine(FakeRunner(num_blocks, block_size), FakeTokenizer(), config, FakeDetokenizer)
+    return LLMEngine(FakeRunner(num_blocks, block_size, order), FakeTokenizer(), config,
+                     FakeDetokenizer)
 
 

@@ -156,6 +156,39 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self.waiting.insert(0, seq)
 
     @precondition(lambda self: self.running)
+    @rule(data=st.data(), guesses=st.lists(st.integers(0, 3), min_size=1, max_size=7),
+          accepted=st.integers(0, 7), token=st.integers(0, 3))
+    def speculate_and_roll_back(self, data, guesses, accepted, token):
+        """A decode that computes its last token and k guesses, keeps the first `accepted`
+        and the target's token, and rolls the rest back (scheduler.postprocess)."""
+        seq = data.draw(st.sampled_from(self.running))
+        k = min(len(guesses), self.bm.lookahead_room(seq))
+        if seq.num_uncomputed_tokens != 1 or k == 0:
+            return
+        free_before, table_before = self.bm.num_free_blocks, len(seq.block_table)
+        self.bm.may_append(seq, k)
+        assert len(seq.block_table) * BS >= seq.num_tokens + k
+        written = seq.num_tokens + k
+        accepted = min(accepted, k)
+        for t in guesses[:accepted]:
+            seq.append_token(t)
+        seq.append_token(token)
+        computed = seq.num_tokens - 1
+        self.bm.truncate(seq, computed)
+        assert len(seq.block_table) == -(-computed // BS)
+        if accepted == k:
+            assert written == computed
+        # the step kept just the blocks its accepted tokens need: those taken for rejected
+        # guesses only are back in the pool
+        assert self.bm.num_free_blocks == free_before - (len(seq.block_table) - table_before)
+        seq.num_computed_tokens = computed
+        self.bm.cache_computed_blocks(seq)
+        if self.bm.can_append(seq):
+            self.bm.may_append(seq)
+        else:
+            self.preempt_seq(seq)
+
+    @precondition(lambda self: self.running)
     @rule(data=st.data())
     def preempt(self, data):
         self.preempt_seq(data.draw(st.sampled_from(self.running)))
@@ -202,6 +235,17 @@ class BlockManagerMachine(RuleBasedStateMachine):
             assert (block.ref_count == 0) == (block.block_id in bm.free_blocks)
         for h, b in bm.cached_blocks.items():
             assert bm.blocks[b].hash == h
+
+    @invariant()
+    def cached_blocks_hold_accepted_tokens(self):
+        """A block in the prefix cache holds exactly the (accepted) tokens of its place in
+        every running sequence that uses it: a rolled-back guess never reaches the cache."""
+        for seq in self.running:
+            for i, b in enumerate(seq.block_table):
+                block = self.bm.blocks[b]
+                if block.hash is not None:
+                    assert block.token_ids == tuple(seq.token_ids[i * BS:(i + 1) * BS])
+                    assert (i + 1) * BS <= seq.num_computed_tokens or i < seq.num_registered_blocks
 
     @invariant()
     def tables_cover_tokens(self):

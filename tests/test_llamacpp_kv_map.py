@@ -21,6 +21,7 @@ class FakeMemory:
                 seqs.add(dst)
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> None:
+        p0, p1 = max(p0, 0), p1 if p1 >= 0 else 1 << 30  # llama.cpp: p1 < 0 is "to the end"
         for cell, (pos, seqs) in list(self.cells.items()):
             if seq in seqs and p0 <= pos < p1:
                 seqs.discard(seq)
@@ -152,3 +153,22 @@ def test_a_sequence_past_its_stream_is_refused_not_truncated() -> None:
     kv.prepare(0, [0, 1], 0, list(range(8)))
     with pytest.raises(RuntimeError, match="past its llama.cpp stream of 8 cells"):
         kv.prepare(0, [0, 1, 2], 8, [9])
+
+
+@pytest.mark.parametrize("streams", [False, True])
+def test_rollback_of_rejected_guesses_drops_their_cells(streams: bool) -> None:
+    mem = StreamMemory() if streams else FakeMemory()
+    kv = KVMap(mem, BS, n_seq_max=4, max_seq_len=64 if streams else None)
+    step(kv, mem, 0, [0, 1], 0, 6)  # the prompt: positions 0..5
+    step(kv, mem, 0, [0, 1, 2], 6, 5)  # its next token and 4 guesses: 6..10
+    me = kv.live[0]
+    kv.rollback(0, 8)  # one guess accepted; block 2 (8..11) went back to the engine's pool
+    assert mem.positions(me) == list(range(8))
+    assert 2 not in kv.records and kv.cell_blocks() == {me: {0, 1}}
+    assert len(kv.records[1].tokens) == BS
+    step(kv, mem, 0, [0, 1, 3], 8, 3)  # resumes at 8 in a fresh block: 8..10
+    kv.rollback(0, 9)  # inside a block: it keeps the accepted position
+    assert mem.positions(me) == list(range(9)) and len(kv.records[3].tokens) == 1
+    step(kv, mem, 0, [0, 1, 3], 9, 1)
+    kv.free(0, [0, 1, 3], cached={0, 1})
+    assert mem.positions(me) == list(range(8)) and set(kv.records) == {0, 1}

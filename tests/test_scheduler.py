@@ -25,7 +25,7 @@ def run_step(s: Scheduler, token: int = 7):
     sampled = {}
     for i, sid in enumerate(batch.seq_ids):
         if batch.context_lens[i] == s.seqs[sid].num_tokens:
-            sampled[sid] = token
+            sampled[sid] = [token]
     s.postprocess(batch, sampled)
     return batch
 

@@ -7,7 +7,7 @@ earlier turns, so only the new tokens are prefilled. No Textual here (the plain 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,8 @@ class LoadOptions:
     kv_cache_mb: float | None = None
     warmup: bool = True
     progress: bool = False  # pull and compile displays on stderr (the plain REPL)
+    # LLM's speculative= / num_speculative_tokens= (commands/speculative_flags.py)
+    speculative: dict[str, Any] = field(default_factory=dict)
 
 
 class ChatSession:
@@ -59,7 +61,8 @@ class ChatSession:
                                on_progress=on_progress)
         llm = LLM(path, backend=options.backend, threads=options.threads,
                   max_model_len=options.ctx, kv_cache_mb=options.kv_cache_mb,
-                  progress=options.progress, backend_options=options.backend_options)
+                  progress=options.progress, backend_options=options.backend_options,
+                  **options.speculative)
         if options.warmup:  # compile (or load compiled) kernels before the first turn
             llm.generate("Hi", SamplingParams(max_tokens=2, temperature=0.0))
         name = options.model or catalog.default

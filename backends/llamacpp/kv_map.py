@@ -181,6 +181,34 @@ class KVMap:
         self._hold(me, block_id, rec)
         return rec
 
+    # -- speculative guesses rejected by the engine ---------------------------------------------
+
+    def rollback(self, seq_id: int, num_tokens: int) -> None:
+        """The engine keeps only the sequence's first num_tokens positions (the rest were
+        rejected speculative guesses): their cells go, and so do the tokens recorded past
+        them; a block left with none of them (the engine freed it) loses its record. Blocks
+        past num_tokens were written by this sequence alone in its last step, so no other
+        holder has cells there."""
+        me = self.live.get(seq_id)
+        if me is None:
+            return
+        bs = self.block_size
+        self.memory.seq_rm(me, num_tokens, -1)
+        self.next_pos[seq_id] = min(self.next_pos[seq_id], num_tokens)
+        held = self.held.get(me, set())
+        for block_id in list(held):
+            rec = self.records[block_id]
+            keep = num_tokens - rec.index * bs
+            if keep >= len(rec.tokens):
+                continue
+            if keep > 0:
+                del rec.tokens[keep:]
+                continue
+            rec.holders.discard(me)
+            held.discard(block_id)
+            if not rec.holders:
+                del self.records[block_id]
+
     # -- sequences freed by the engine --------------------------------------------------------
 
     def free(self, seq_id: int, table: list[int], cached: set[int]) -> None:

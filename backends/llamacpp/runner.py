@@ -17,6 +17,9 @@ The engine picks the layout when it is created (fit_kv): streams when every one 
 max_num_seqs sequences gets a stream that holds max_model_len tokens, else the unified
 pool; the kv_unified option forces either. kv_map.KVMap says which llama.cpp sequence holds
 which block and turns prefix-cache hits into llama_memory_seq_cp.
+
+Speculative decoding: a sequence's rejected guesses leave llama.cpp's cache through
+llama_memory_seq_rm of its positions past the accepted ones (rollback).
 """
 
 from __future__ import annotations
@@ -256,6 +259,10 @@ class LlamaCppModelRunner(ModelRunner):
         if len(rows) > 1 and not np.all(rows[1:] > rows[:-1]):  # engine asked out of order
             return out[np.argsort(np.argsort(rows))]
         return out
+
+    def rollback(self, seq_id: int, num_tokens: int, freed_blocks: list[int]) -> None:
+        if self.kv is not None:
+            self.kv.rollback(seq_id, num_tokens)
 
     def free_sequence(self, seq_id: int, block_table: list[int], cached: set[int]) -> None:
         if self.kv is not None:

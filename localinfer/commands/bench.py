@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
+from localinfer.commands.speculative_flags import add_speculative_arguments, speculative_options
 from localinfer.errors import BackendUnavailableError, InvalidRequestError
 
 
@@ -35,20 +36,28 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--structured-schema", metavar="FILE",
                    help="the JSON Schema of the structured decode rows (implies --structured)")
     p.add_argument("--tokens", type=int, default=256,
-                   help="chat: tokens per reply (default 256)")
+                   help="chat: tokens per reply; --speculative: most tokens per request "
+                        "(default 256)")
     p.add_argument("--reps", type=int, default=3, help="chat: repetitions (default 3)")
+    add_speculative_arguments(p)
     p.add_argument("--structured", action="store_true",
                    help="also measure structured output (localinfer only): mask time per "
                         "step, first mask of a new schema, constrained vs unconstrained decode")
 
 
 def main(name: str, args: argparse.Namespace) -> int:
+    mode = getattr(args, "mode", None)
+    if mode is not None and (args.speculative or args.num_speculative_tokens):
+        where = "start the server with it" if mode == "serve" else "not measured there yet"
+        raise InvalidRequestError(f"--speculative is not an option of `bench {mode}` ({where})")
     if getattr(args, "mode", None) == "serve":
         from localinfer.server import loadgen
 
         return loadgen.main(args)
     if getattr(args, "mode", None) == "chat":
         return _chat(args)
+    if args.speculative is not None:
+        return _speculative(args)
     from localinfer.bench import orchestrate, report
     from localinfer.bench.plan import BenchPlan
     from localinfer.catalog import Catalog
@@ -104,6 +113,24 @@ def _chat(args: argparse.Namespace) -> int:
     reps, tokens = (1, min(args.tokens, 64)) if args.quick else (args.reps, args.tokens)
     result = chat.run(args.model, tokens, reps, args.threads, args.backend,
                       backend_options(args))
+    if args.json is not None:
+        report.write_json(args.json, result.to_dict())
+    print(result.table())
+    return 0
+
+
+def _speculative(args: argparse.Namespace) -> int:
+    """Plain vs speculative decoding on three workloads and 16 mixed streams (with --quick:
+    64 tokens, 4 streams)."""
+    from localinfer.bench import report, speculative
+
+    options = speculative_options(args)
+    if args.tokens < 1:
+        raise InvalidRequestError(f"invalid --tokens: must be >= 1, got {args.tokens}")
+    tokens, streams = (min(args.tokens, 64), 4) if args.quick else (args.tokens, 16)
+    result = speculative.run(args.model, options["speculative"],
+                             options["num_speculative_tokens"], args.threads, args.backend,
+                             backend_options(args), tokens, streams)
     if args.json is not None:
         report.write_json(args.json, result.to_dict())
     print(result.table())

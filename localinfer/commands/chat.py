@@ -8,6 +8,7 @@ import sys
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.commands.sampling_flags import add_sampling_arguments
+from localinfer.commands.speculative_flags import add_speculative_arguments, speculative_options
 from localinfer.errors import InvalidRequestError
 
 
@@ -21,6 +22,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
     p.add_argument("--kv-cache-mb", type=float, help="KV cache budget (default: 2 full contexts)")
+    add_speculative_arguments(p)
     p.add_argument("--new", action="store_true", help="start a new chat (default: resume the last)")
     p.add_argument("--resume", metavar="ID", help="resume a saved chat")
     p.add_argument("--list", action="store_true", help="list saved chats and exit")
@@ -52,7 +54,8 @@ def main(name: str, args: argparse.Namespace) -> int:
     options = LoadOptions(model=args.model or conv.model or None, backend=args.backend,
                           backend_options=backend_options(args),
                           threads=args.threads, ctx=args.ctx, kv_cache_mb=args.kv_cache_mb,
-                          warmup=not args.no_warmup, progress=plain)
+                          warmup=not args.no_warmup, progress=plain,
+                          speculative=speculative_options(args))
     conv.model = options.model or ""
     saving = None if args.no_save else store
     if plain:

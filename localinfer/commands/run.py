@@ -9,6 +9,7 @@ import time
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.commands.sampling_flags import add_sampling_arguments, sampling_overrides
+from localinfer.commands.speculative_flags import add_speculative_arguments, speculative_options
 from localinfer.commands.structured_flags import add_structured_arguments, structured_output
 from localinfer.errors import InvalidRequestError
 
@@ -29,7 +30,9 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, help="context length (default: 4096, at most the model's)")
     p.add_argument("--kv-cache-mb", type=float, help="KV cache budget (default: 2 full contexts)")
     p.add_argument("--stats", action="store_true",
-                   help="print the sampling settings, TTFT and tok/s afterwards")
+                   help="print the sampling settings, TTFT and tok/s afterwards (and the "
+                        "speculative acceptance)")
+    add_speculative_arguments(p)
     add_structured_arguments(p)
 
 
@@ -48,7 +51,7 @@ def main(name: str, args: argparse.Namespace) -> int:
     structured = structured_output(args)
     llm = LLM(args.model, backend=args.backend, threads=args.threads, max_model_len=args.ctx,
               kv_cache_mb=args.kv_cache_mb, progress=True,
-              backend_options=backend_options(args))
+              backend_options=backend_options(args), **speculative_options(args))
     try:
         defaults = SamplingDefaults.from_metadata(llm.gguf.metadata)
         params = defaults.params(**overrides, max_tokens=args.max_tokens, seed=args.seed,
@@ -69,6 +72,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         if args.stats:
             print(defaults.describe(params, overrides), file=sys.stderr)
             print(result.summary(), file=sys.stderr)
+            if llm.engine_config.speculative is not None:
+                print(llm.engine.stats().spec_summary(), file=sys.stderr)
     finally:
         llm.close()
     return 0

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
+from localinfer.commands.speculative_flags import add_speculative_arguments, speculative_options
 from localinfer.errors import BackendUnavailableError, InvalidRequestError, LocalInferError
 
 
@@ -28,6 +29,7 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=16, help="sequences batched per step")
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument("--no-prefix-caching", action="store_true")
+    add_speculative_arguments(p)
     p.add_argument("--max-queue", type=int,
                    help="waiting requests before new ones get 429 (default: unbounded)")
     p.add_argument("--max-body-mb", type=float, default=8.0, help="request body limit")
@@ -63,7 +65,7 @@ def main(name: str, args: argparse.Namespace) -> int:
         threads=args.threads, max_model_len=args.ctx, kv_cache_mb=args.kv_cache_mb,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, warmup=not args.no_warmup,
-        log_level=args.log_level)
+        log_level=args.log_level, speculative=speculative_options(args))
     path = Catalog.load().resolve(args.model, progress=True)  # fail fast, pull with a bar
     _setup_logging(args.log_level)
     # the model loads beside uvicorn's log: a first compile shows as log lines, not a bar

@@ -44,6 +44,9 @@ class BlockManager:
         # called by free() with (seq_id, block_table, ids of those blocks still cached):
         # runners whose KV lives outside the block pool (llama.cpp) drop the rest there
         self.on_free: Callable[[int, list[int], set[int]], None] | None = None
+        # called by truncate() with (seq_id, tokens kept, ids of the blocks freed): runners
+        # whose KV lives outside the block pool drop the rolled-back positions there
+        self.on_truncate: Callable[[int, int, list[int]], None] | None = None
         # (seq, n_hits) -> how many of those prefix hits may be used: a sliding-window pool
         # (sliding_window.py) caps them when it cannot supply the window before the hit
         self.limit_hits: Callable[[Sequence, int], int] | None = None
@@ -128,15 +131,40 @@ class BlockManager:
         block.ref_count = 1
         return block_id
 
-    def can_append(self, seq: Sequence) -> bool:
-        """Whether the sequence's blocks can grow to hold all its tokens."""
-        needed = cdiv(seq.num_tokens, self.block_size) - len(seq.block_table)
+    def can_append(self, seq: Sequence, num_lookahead: int = 0) -> bool:
+        """Whether the sequence's blocks can grow to hold all its tokens (and num_lookahead
+        speculative guesses after them)."""
+        needed = cdiv(seq.num_tokens + num_lookahead, self.block_size) - len(seq.block_table)
         return needed <= self.num_free_blocks
 
-    def may_append(self, seq: Sequence) -> None:
-        """Add blocks so the table covers all tokens (one new block at a block boundary)."""
-        while len(seq.block_table) * self.block_size < seq.num_tokens:
+    def lookahead_room(self, seq: Sequence) -> int:
+        """How many guesses after all its tokens the sequence's blocks and the free ones hold."""
+        slots = (len(seq.block_table) + self.num_free_blocks) * self.block_size
+        return max(0, slots - seq.num_tokens)
+
+    def may_append(self, seq: Sequence, num_lookahead: int = 0) -> None:
+        """Add blocks so the table covers all tokens (one new block at a block boundary),
+        and num_lookahead speculative guesses after them."""
+        while len(seq.block_table) * self.block_size < seq.num_tokens + num_lookahead:
             seq.block_table.append(self._take_free_block())
+
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Roll the sequence's K/V back to its first num_tokens positions (its rejected
+        speculative guesses leave): the blocks past them go back to the pool. Those were
+        taken for this step's guesses, so no other sequence shares them and none is in the
+        prefix cache (only blocks whose every token was accepted are hashed)."""
+        keep = cdiv(num_tokens, self.block_size)
+        freed = seq.block_table[keep:]
+        for block_id in reversed(freed):
+            block = self.blocks[block_id]
+            if block.ref_count != 1 or block.hash is not None:
+                raise RuntimeError(f"rollback of KV block {block_id} that is shared or cached")
+            block.ref_count = 0
+            self.free_blocks[block_id] = None
+            self.free_blocks.move_to_end(block_id, last=False)
+        del seq.block_table[keep:]
+        if self.on_truncate is not None:
+            self.on_truncate(seq.seq_id, num_tokens, freed)
 
     def cache_computed_blocks(self, seq: Sequence) -> None:
         """Register the hashes of blocks that are full and computed (prompt or generated

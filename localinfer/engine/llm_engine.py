@@ -4,8 +4,9 @@
     masker.start(guides)                        # constrained sequences' token masks: filling
     logits = runner.execute(batch)              #   on a worker thread meanwhile
     masker.apply(logits, ...)                   # disallowed tokens -> -inf
-    tokens = sampler(logits, seqs)              # per-request sampling
-    seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks
+    tokens = sampler(logits, seqs)              # per-request sampling; speculating
+                                                #   sequences: verify(rows, guesses)
+    seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks, roll back
     guides advance on the sampled tokens        # a complete grammar finishes with "stop";
                                                 # the next step's masks start filling now
     then text: incremental detokenization and stop strings
@@ -13,6 +14,12 @@
 Structured output is the engine's, not the backend's: every runner returns plain logits and
 the same masks apply to all of them. A sequence whose matcher fails (an llguidance resource
 limit) ends alone, with the error in its last output; the others carry on.
+
+Speculative decoding (config.speculative) is the scheduler's and the verifier's: a
+speculating sequence's step returns one logits row per guess plus one, verify() turns them
+into the accepted guesses and the next token, and the text of each is streamed as if it had
+been decoded alone (a stop string inside the run cuts the rest off). Constrained sequences
+never speculate.
 
 Context policy: a prompt longer than the usable context (max_model_len, or the KV pool if
 that is smaller) is rejected at add_request with ContextLengthExceededError. A prompt that
@@ -38,7 +45,9 @@ from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
 from localinfer.engine.sequence import Sequence, SequenceStatus
 from localinfer.engine.sliding_window import SlidingWindowPool, min_pool_blocks
+from localinfer.engine.speculator import Speculator
 from localinfer.engine.text_stream import TextStream
+from localinfer.engine.verifier import verify
 from localinfer.errors import ContextLengthExceededError, InvalidRequestError
 from localinfer.sampling_params import SamplingParams
 from localinfer.structured.guide import GuideFactory
@@ -91,6 +100,19 @@ class LLMEngine:
             self.sliding = SlidingWindowPool(num_swa, config.block_size, window)
             self.scheduler.sliding = self.sliding
             self.block_manager.limit_hits = self.sliding.limit_hits
+        self.speculator: Speculator | None = None
+        if config.speculative is not None:
+            if not runner.supports_speculation:
+                raise InvalidRequestError(
+                    f"the {runner.name} backend cannot roll back rejected guesses: "
+                    "speculative decoding is not available with it")
+            from localinfer.engine.proposer import make_proposer
+
+            self.speculator = Speculator(make_proposer(config.speculative),
+                                         config.num_speculative_tokens,
+                                         config.speculative_max_decodes)
+            self.scheduler.speculator = self.speculator
+            self.block_manager.on_truncate = runner.rollback
         self.sampler = Sampler()
         self.guides = GuideFactory(tokenizer)  # compiled constraints, shared by requests
         self.masker: Any = None  # structured.masks.Masker, made for the first constrained step
@@ -163,7 +185,7 @@ class LLMEngine:
         guided = self._guided(batch)
         masked = self._start_masks(guided)
         logits = self.runner.execute(batch)
-        sample_seqs, sample_rows = self._collect_logits(batch, logits)
+        sample_seqs, sample_rows, speculating = self._collect_logits(batch, logits)
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]
@@ -173,18 +195,26 @@ class LLMEngine:
                                      enumerate(sample_seqs) if seq.seq_id in masked])
         mask_s = time.perf_counter() - t0
         tokens = self.sampler(rows, sample_seqs)
-        sampled = {seq.seq_id: t for seq, t in zip(sample_seqs, tokens, strict=True)}
+        sampled = {seq.seq_id: [t] for seq, t in zip(sample_seqs, tokens, strict=True)}
         logprobs = {
-            seq.seq_id: token_logprob(rows[i], tokens[i], seq.sampling_params.logprobs)
+            seq.seq_id: [token_logprob(rows[i], tokens[i], seq.sampling_params.logprobs)]
             for i, seq in enumerate(sample_seqs)
             if seq.sampling_params.logprobs is not None
         }
+        for seq, spec_rows in speculating:
+            verified = verify(logits[spec_rows], seq, seq.spec_token_ids)
+            sampled[seq.seq_id] = verified
+            k = seq.sampling_params.logprobs
+            if k is not None:
+                logprobs[seq.seq_id] = [token_logprob(logits[r], t, k)
+                                        for r, t in zip(spec_rows, verified, strict=False)]
         updated = self.scheduler.postprocess(batch, sampled)
-        errors = self._advance_guides(updated, len(guided), mask_s) if guided else {}
-        for seq in updated:
-            out = self._process_token(seq)
+        errors = (self._advance_guides([s for s, _ in updated], len(guided), mask_s)
+                  if guided else {})
+        for seq, new_tokens in updated:
+            out = self._process_tokens(seq, new_tokens)
             if seq.seq_id in logprobs:
-                out.logprobs = [logprobs[seq.seq_id]]
+                out.logprobs = logprobs[seq.seq_id][: len(out.token_ids)]
             out.error = errors.get(seq.seq_id)
             outputs.append(out)
         return outputs
@@ -247,11 +277,13 @@ class LLMEngine:
 
     def _collect_logits(
         self, batch: ScheduledBatch, logits: np.ndarray
-    ) -> tuple[list[Sequence], list[int]]:
-        """Which logits row each sampling sequence uses; stores prompt-logits rows."""
+    ) -> tuple[list[Sequence], list[int], list[tuple[Sequence, list[int]]]]:
+        """Which logits row each sampling sequence uses, and the rows of each speculating
+        one (its last token's, then one per guess); stores prompt-logits rows."""
         row_of = {flat: row for row, flat in enumerate(batch.logits_indices)}
         seqs: list[Sequence] = []
         rows: list[int] = []
+        speculating: list[tuple[Sequence, list[int]]] = []
         for i, seq_id in enumerate(batch.seq_ids):
             seq = self.scheduler.seqs.get(seq_id)
             if seq is None:
@@ -262,29 +294,45 @@ class LLMEngine:
                 for flat in range(start, end):
                     if first_pos + flat - start < seq.num_prompt_tokens:
                         seq.prompt_logits_rows.append(logits[row_of[flat]].copy())
-            if batch.context_lens[i] == seq.num_tokens:  # the last token was computed
+            n_guesses = len(seq.spec_token_ids)
+            if batch.context_lens[i] != seq.num_tokens + n_guesses:
+                continue  # a prefill chunk short of the last token
+            if n_guesses:
+                speculating.append(
+                    (seq, [row_of[flat] for flat in range(end - 1 - n_guesses, end)]))
+            else:
                 seqs.append(seq)
                 rows.append(row_of[end - 1])
-        return seqs, rows
+        return seqs, rows, speculating
 
-    def _process_token(self, seq: Sequence) -> RequestOutput:
-        token = seq.last_token_id
-        self.generation_tokens_total += 1
+    def _process_tokens(self, seq: Sequence, tokens: list[int]) -> RequestOutput:
+        """Stream the step's new tokens of a sequence as plain decoding would, one at a
+        time: a stop string matched inside a speculative run finishes the sequence there and
+        the tokens after it are dropped."""
         stream = self.streams[seq.seq_id]
         params = seq.sampling_params
-        stopped_by_token = seq.finish_reason == "stop" and (
-            token in params.stop_token_ids
-            or (token in self.tokenizer.eog_ids and not params.ignore_eos)
-        )
-        text = "" if stopped_by_token else stream.add(token)
-        if stream.stopped and not seq.is_finished:
-            self.scheduler.finish_stopped(seq)
+        text = ""
+        emitted: list[int] = []
+        for j, token in enumerate(tokens):
+            emitted.append(token)
+            stopped_by_token = j == len(tokens) - 1 and seq.finish_reason == "stop" and (
+                token in params.stop_token_ids
+                or (token in self.tokenizer.eog_ids and not params.ignore_eos)
+            )
+            if not stopped_by_token:
+                text += stream.add(token)
+            if stream.stopped and not seq.is_finished:
+                del seq.token_ids[seq.num_tokens - (len(tokens) - 1 - j):]
+                self.scheduler.finish_stopped(seq)
+            if stream.stopped:
+                break
+        self.generation_tokens_total += len(emitted)
         if seq.is_finished:
             text += stream.finish()
             del self.streams[seq.seq_id]
             if self.continuations is not None and seq.finish_reason in ("stop", "length"):
                 self.continuations.remember(seq.token_ids)
-        return self._output(seq, text, [token])
+        return self._output(seq, text, emitted)
 
     def _output(self, seq: Sequence, text: str, token_ids: list[int]) -> RequestOutput:
         finished = seq.is_finished
@@ -309,6 +357,7 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
+        spec = self.speculator
         return EngineStats(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
@@ -320,4 +369,7 @@ class LLMEngine:
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             num_preemptions=self.scheduler.num_preemptions,
+            spec_proposed_tokens=spec.proposed_tokens if spec is not None else 0,
+            spec_accepted_tokens=spec.accepted_tokens if spec is not None else 0,
+            spec_verifications=spec.verifications if spec is not None else 0,
         )

@@ -48,6 +48,10 @@ class EngineStats:
     prompt_tokens_total: int  # prompt tokens of all requests added
     generation_tokens_total: int  # tokens sampled
     num_preemptions: int
+    # speculative decoding: guessed tokens verified, those accepted, and verifications
+    spec_proposed_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_verifications: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -58,3 +62,21 @@ class EngineStats:
     def prefix_cache_hit_rate(self) -> float:
         q = self.prefix_cache_queried_tokens
         return self.prefix_cache_hit_tokens / q if q else 0.0
+
+    @property
+    def spec_acceptance_rate(self) -> float:
+        """Accepted / proposed speculative tokens."""
+        n = self.spec_proposed_tokens
+        return self.spec_accepted_tokens / n if n else 0.0
+
+    @property
+    def spec_mean_accepted(self) -> float:
+        """Guesses accepted per verification (each also yields one token of the target's)."""
+        n = self.spec_verifications
+        return self.spec_accepted_tokens / n if n else 0.0
+
+    def spec_summary(self) -> str:
+        return (f"speculative: {self.spec_accepted_tokens}/{self.spec_proposed_tokens} guessed "
+                f"tokens accepted ({self.spec_acceptance_rate:.0%}), "
+                f"{self.spec_mean_accepted:.2f} per verification over "
+                f"{self.spec_verifications} verifications")

@@ -68,11 +68,20 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(logits))  # first maximum: ties go to the lowest id
 
 
-def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    probs = softmax(logits.astype(np.float64) / temperature)
+def probabilities(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """The distribution a draw at this temperature samples from (float64)."""
+    return softmax(logits.astype(np.float64) / temperature)
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from probabilities (which need not sum to exactly 1)."""
     cdf = np.cumsum(probs)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return min(i, logits.shape[0] - 1)
+    return min(i, probs.shape[0] - 1)
+
+
+def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    return draw(probabilities(logits, temperature), rng)
 
 
 def token_logprob(row: np.ndarray, token: int, k: int) -> TokenLogprob:
@@ -89,9 +98,25 @@ def token_logprob(row: np.ndarray, token: int, k: int) -> TokenLogprob:
 
 
 def recent_tokens(seq: Sequence, last_n: int) -> list[int]:
+    return last_tokens(seq.token_ids, last_n)
+
+
+def last_tokens(token_ids: list[int], last_n: int) -> list[int]:
+    """The tokens the penalties look at: the last last_n (-1: all)."""
     if last_n == 0:
         return []
-    return seq.token_ids if last_n < 0 else seq.token_ids[-last_n:]
+    return token_ids if last_n < 0 else token_ids[-last_n:]
+
+
+def filtered(row: np.ndarray, p: SamplingParams, recent: list[int]) -> np.ndarray:
+    """A copy of one logits row with the penalties over `recent` applied and, unless greedy,
+    top-k, top-p and min-p: what greedy() or sample() then picks from."""
+    x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
+    if has_penalty(p):
+        x = apply_penalties(x, recent, p)
+    if p.greedy:
+        return x
+    return min_p(top_p(top_k(x, p.top_k), p.top_p), p.min_p)
 
 
 def make_generator(params: SamplingParams) -> np.random.Generator:
@@ -117,12 +142,9 @@ class Sampler:
         penalized = has_penalty(p)
         if p.greedy and not penalized:
             return greedy(row)
-        x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
-        if penalized:
-            x = apply_penalties(x, recent_tokens(seq, p.penalty_last_n), p)
+        x = filtered(row, p, recent_tokens(seq, p.penalty_last_n) if penalized else [])
         if p.greedy:
             return greedy(x)
-        x = min_p(top_p(top_k(x, p.top_k), p.top_p), p.min_p)
         if seq.generator is None:
             seq.generator = make_generator(p)
         return sample(x, p.temperature, seq.generator)

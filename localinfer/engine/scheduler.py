@@ -7,6 +7,11 @@ prefix cache already holds); a decode that needs a new block and finds none pree
 newest running sequence by recompute.  Models with sliding-window layers also draw on a
 second, smaller pool (sliding_window.py): a chunk is shrunk to its free blocks, admission
 waits for them, and a sequence that cannot advance by one token preempts the newest.
+
+Speculative decoding (speculator.py): once the step is filled, decoding sequences may add
+guessed tokens from the leftover budget and free blocks; postprocess appends what the
+verifier accepted, cut at the first token that finishes the sequence, and rolls the rejected
+guesses' K/V back (their blocks return to the pool, the runner forgets their positions).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.sequence import Sequence, SequenceStatus
 from localinfer.engine.sliding_window import SlidingWindowPool
+from localinfer.engine.speculator import Speculator
 
 
 class Scheduler:
@@ -44,6 +50,8 @@ class Scheduler:
         self.max_running: int | None = None
         # the sliding-window layers' own KV pool, when the model has such layers (LLMEngine)
         self.sliding: SlidingWindowPool | None = None
+        # proposes speculative guesses when the engine speculates (LLMEngine)
+        self.speculator: Speculator | None = None
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -106,7 +114,28 @@ class Scheduler:
                 self.sliding.ensure(seq, seq.num_computed_tokens + n)
             scheduled.append((seq, n))
             budget -= n
+        if self.speculator is not None and budget >= 1:
+            self._add_guesses(scheduled, budget)
         return self._build_batch(scheduled) if scheduled else None
+
+    def _add_guesses(self, scheduled: list[tuple[Sequence, int]], budget: int) -> None:
+        """Let the step's decoding sequences compute guessed tokens after their last one,
+        within the leftover budget and the free blocks (never preempting for them)."""
+        assert self.speculator is not None
+        where = {seq.seq_id: i for i, (seq, n) in enumerate(scheduled)
+                 if n == 1 and seq.num_uncomputed_tokens == 1}
+        decodes = [scheduled[i][0] for i in where.values()]
+        for seq, guesses in self.speculator.propose(decodes, budget, self.max_model_len):
+            n = min(len(guesses), self.block_manager.lookahead_room(seq))
+            if self.sliding is not None:
+                n = min(n, self.sliding.max_end(seq) - seq.num_tokens)
+            if n <= 0:
+                continue
+            self.block_manager.may_append(seq, n)
+            if self.sliding is not None:
+                self.sliding.ensure(seq, seq.num_tokens + n)
+            seq.spec_token_ids = guesses[:n]
+            scheduled[where[seq.seq_id]] = (seq, 1 + n)
 
     def _make_room(self, seq: Sequence, scheduled: list[tuple[Sequence, int]]) -> bool:
         """Preempt the newest running sequences until seq can grow by its next token; False
@@ -150,6 +179,8 @@ class Scheduler:
         self.block_manager.free(seq)
         if self.sliding is not None:
             self.sliding.free(seq)
+        if self.speculator is not None:
+            self.speculator.free(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         seq.prompt_logits_rows.clear()
@@ -165,6 +196,8 @@ class Scheduler:
             flat0 = batch.num_tokens
             batch.seq_ids.append(seq.seq_id)
             batch.token_ids.extend(seq.token_ids[start:end])
+            guesses = seq.spec_token_ids  # after the last token, when the sequence speculates
+            batch.token_ids.extend(guesses)
             batch.positions.extend(range(start, end))
             table = seq.block_table
             batch.slot_mapping.extend(table[p // bs] * bs + p % bs for p in range(start, end))
@@ -181,33 +214,55 @@ class Scheduler:
                 batch.logits_indices.extend(range(flat0, flat0 + last - start))
                 if end == seq.num_tokens and end > last:
                     batch.logits_indices.append(flat0 + n - 1)
-            elif end == seq.num_tokens:  # the chunk reaches the last token: sample from it
-                batch.logits_indices.append(flat0 + n - 1)
+            elif end == seq.num_tokens + len(guesses):  # it reaches the last token: sample
+                # from it, and verify each guess (the row before it says what it should be)
+                batch.logits_indices.extend(range(flat0 + n - 1 - len(guesses), flat0 + n))
         return batch
 
-    def postprocess(self, batch: ScheduledBatch, sampled: dict[int, int]) -> list[Sequence]:
-        """Advance every scheduled sequence by its computed tokens and append the sampled
-        token (seq_id -> token id) of those that sampled; finish those that are done.
-        Returns the sequences that got a token, finished ones included."""
-        updated: list[Sequence] = []
+    def postprocess(self, batch: ScheduledBatch,
+                    sampled: dict[int, list[int]]) -> list[tuple[Sequence, list[int]]]:
+        """Advance every scheduled sequence by its computed tokens and append its new tokens
+        (seq_id -> the sampled token, or a verification's accepted guesses and the token
+        after them), up to the first that finishes it; roll back the K/V of rejected
+        guesses. Returns the sequences that got tokens, finished ones included, each with
+        the tokens appended."""
+        updated: list[tuple[Sequence, list[int]]] = []
         for i, seq_id in enumerate(batch.seq_ids):
             seq = self.seqs.get(seq_id)
             if seq is None or seq.status is not SequenceStatus.RUNNING:
                 continue  # aborted while the step ran
-            seq.num_computed_tokens = batch.context_lens[i]
+            guesses, seq.spec_token_ids = seq.spec_token_ids, []
+            tokens = sampled.get(seq_id, [])
+            appended: list[int] = []
+            status = None
+            for token in tokens:
+                seq.append_token(token)
+                appended.append(token)
+                status = self._check_stop(seq, token)
+                if status is not None:
+                    break  # tokens after it are never emitted, as in plain decoding
+            computed = batch.context_lens[i]
+            if guesses:
+                assert self.speculator is not None
+                accepted = len(tokens) - 1
+                self.speculator.record(seq, len(guesses), accepted)
+                # the last token's and the accepted guesses' K/V hold; the rest leave
+                computed = min(computed - len(guesses) + accepted, seq.num_tokens - 1)
+                if computed < batch.context_lens[i]:
+                    self.block_manager.truncate(seq, computed)
+                    if self.sliding is not None:
+                        self.sliding.truncate(seq, computed)
+            seq.num_computed_tokens = computed
             self.block_manager.cache_computed_blocks(seq)
             if self.sliding is not None:
                 self.sliding.release_out_of_window(seq)
-            token = sampled.get(seq_id)
-            if token is None:
+            if not appended:
                 continue
-            seq.append_token(token)
             if seq.first_token_time is None:
                 seq.first_token_time = time.perf_counter()
-            status = self._check_stop(seq, token)
             if status is not None:
                 self.finish(seq, status)
-            updated.append(seq)
+            updated.append((seq, appended))
         return updated
 
     def _check_stop(self, seq: Sequence, token: int) -> SequenceStatus | None:
@@ -229,6 +284,8 @@ class Scheduler:
                 self.sliding.free(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
+        if self.speculator is not None:
+            self.speculator.free(seq)
         seq.status = status
         seq.finished_time = time.perf_counter()
         self.seqs.pop(seq.seq_id, None)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from localinfer.engine.adaptive_k import AdaptiveK
 from localinfer.sampling_params import SamplingParams
 
 
@@ -51,6 +52,10 @@ class Sequence:
     prompt_logits_rows: list[Any] = field(default_factory=list)  # np rows, filled by the engine
     generator: Any = None  # numpy Generator of this request (seeded if params.seed is set)
     guide: Any = None  # structured.Guide: the grammar matcher of a constrained request
+    # speculative decoding: this step's guesses, scheduled after the last token (never in
+    # token_ids until verified), and how many the sequence may guess (engine/adaptive_k.py)
+    spec_token_ids: list[int] = field(default_factory=list)
+    adaptive_k: AdaptiveK | None = None
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)
     first_scheduled_time: float | None = None

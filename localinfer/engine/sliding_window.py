@@ -145,6 +145,18 @@ class SlidingWindowPool:
                 self.free_blocks.append(table[i])
                 table[i] = RELEASED
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back the blocks past the sequence's first num_tokens tokens (rejected
+        speculative guesses; BlockManager.truncate)."""
+        table = self.tables.get(seq.seq_id)
+        if not table:
+            return
+        keep = cdiv(num_tokens, self.block_size)
+        for block in table[keep:]:
+            if block != RELEASED:
+                self.free_blocks.append(block)
+        del table[keep:]
+
     def free(self, seq: Sequence) -> None:
         for block in self.tables.pop(seq.seq_id, []):
             if block != RELEASED:

@@ -30,6 +30,8 @@ class ServerConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     enable_prefix_caching: bool = True
+    # LLM's speculative= / num_speculative_tokens= (commands/speculative_flags.py)
+    speculative: dict[str, Any] = field(default_factory=dict)
     warmup: bool = True  # compile/run the kernels once before reporting ready
     log_level: str = "info"
 

@@ -33,7 +33,7 @@ def _load(state: ServerState, on_error: Callable[[], None] | None) -> None:
                   max_num_seqs=cfg.max_num_seqs,
                   max_num_batched_tokens=cfg.max_num_batched_tokens,
                   enable_prefix_caching=cfg.enable_prefix_caching,
-                  backend_options=cfg.backend_options)
+                  backend_options=cfg.backend_options, **cfg.speculative)
         state.llm = llm
         state.model_path = llm.path
         loop = EngineLoop(llm.engine, max_queue=cfg.max_queue).start()

@@ -2,7 +2,8 @@
 
 Per-request figures (TTFT, time per output token, end-to-end latency, HTTP status counts) are
 observed by the routes; engine figures (queue, running, KV blocks, prefix-cache hit rate, token
-totals) are read from the engine loop's latest stats snapshot at scrape time.
+totals, speculative decoding's guessed and accepted tokens and verifications) are read from
+the engine loop's latest stats snapshot at scrape time.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class _EngineCollector(Collector):
             "localinfer_prefix_cache_hit_rate": ("Prompt tokens served from the prefix cache "
                                                  "/ prompt tokens looked up",
                                                  stats.prefix_cache_hit_rate),
+            "localinfer_spec_decode_acceptance_rate": ("Speculative tokens accepted / guessed",
+                                                       stats.spec_acceptance_rate),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=float(value))
@@ -88,6 +91,12 @@ class _EngineCollector(Collector):
                                                    stats.prefix_cache_hit_tokens),
             "localinfer_prefix_cache_queried_tokens": ("Prompt tokens looked up in the prefix "
                                                        "cache", stats.prefix_cache_queried_tokens),
+            "localinfer_spec_decode_num_draft_tokens": ("Speculative tokens guessed and verified",
+                                                        stats.spec_proposed_tokens),
+            "localinfer_spec_decode_num_accepted_tokens": ("Speculative tokens accepted",
+                                                           stats.spec_accepted_tokens),
+            "localinfer_spec_decode_num_verifications": ("Verifications of speculative tokens",
+                                                         stats.spec_verifications),
         }
         for name, (doc, value) in counters.items():
             yield CounterMetricFamily(name, doc, value=float(value))

@@ -1,4 +1,5 @@
-"""StatusBar: the engine at work — TTFT, decode speed, context, KV blocks, prefix-cache hits."""
+"""StatusBar: the engine at work — TTFT, decode speed, context, KV blocks, prefix-cache hits,
+and speculative decoding's acceptance once it has verified guesses."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ class StatusBar(Static):
             text.append(f"{SEP}KV {engine.kv_blocks_used}/{engine.kv_blocks_total} blocks")
         hit = f"{turn.prefix_hit_rate:.0%}" if turn and turn.num_prompt_tokens else "-"
         text.append(f"{SEP}prefix hit {hit}")
+        if engine is not None and engine.spec_verifications:
+            text.append(f"{SEP}spec {engine.spec_acceptance_rate:.0%} "
+                        f"({engine.spec_mean_accepted:.1f}/step)")
         if self.warning:
             text.append(f"{SEP}⚠ {self.warning}", style="bold yellow")
         return text

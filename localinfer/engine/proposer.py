@@ -1,0 +1,47 @@
+"""Proposer: guesses the tokens that follow a sequence, for the target model to verify.
+
+One call per step covers every speculating sequence of the step, so a proposer that runs a
+model (a draft: a smaller model with the same vocabulary, in the same process, with KV blocks
+of its own) proposes for all of them in one batch. Its state past what the target accepted
+is dropped through `accepted`, and everything it keeps for a sequence through `free`.
+
+Proposals may be shorter than asked, or empty (nothing worth guessing): the sequence then
+decodes one token as usual. A proposer's guesses are treated as certain (q one-hot) by the
+verifier (verifier.py), so one that samples its guesses must not be added without also
+passing its distribution there.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from localinfer.engine.sequence import Sequence
+from localinfer.errors import InvalidRequestError
+
+PROPOSERS = ("ngram",)
+
+
+class Proposer(ABC):
+    name: str = "abstract"
+
+    @abstractmethod
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> list[list[int]]:
+        """Up to ks[i] guesses of the tokens after seqs[i].token_ids, for each sequence."""
+
+    def accepted(self, seq: Sequence, proposed: int, accepted: int) -> None:  # noqa: B027
+        """Verification kept the first `accepted` of the sequence's `proposed` guesses; its
+        tokens are now seq.token_ids. A proposer with state past them (a draft's KV) drops it."""
+
+    def free(self, seq: Sequence) -> None:  # noqa: B027
+        """The sequence finished or was preempted: release what is kept for it."""
+
+
+def make_proposer(spec: str) -> Proposer:
+    """The proposer a `speculative` setting names."""
+    if spec == "ngram":
+        from localinfer.engine.ngram_proposer import NgramProposer
+
+        return NgramProposer()
+    raise InvalidRequestError(
+        f"invalid speculative {spec!r}: only 'ngram' (prompt lookup) is built so far; "
+        "a draft model is not supported yet")
