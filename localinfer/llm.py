@@ -276,6 +276,8 @@ class LLM:
         raise InvalidRequestError("prompts must be a string, a chat or a non-empty list of them")
 
     def close(self) -> None:
+        if self.engine.speculator is not None:
+            self.engine.speculator.proposer.close()
         self.engine.runner.close()
         self.gguf.close()
 
