@@ -5,8 +5,10 @@ accepted, and a draft with another vocabulary is refused by name."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gguf_factory import build_gguf, tiny_llama_parts, write_tiny_llama
 
@@ -22,9 +24,20 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny target (untied output: its greedy text varies, a tied one repeats one token) and
+    a draft that is the target with noise on its last layer: it agrees on some tokens only, so
+    verifications both accept and reject."""
     d = tmp_path_factory.mktemp("draft")
-    target = write_tiny_llama(d / "target.gguf", n_layers=2, seed=1, n_ctx=512)
-    draft = write_tiny_llama(d / "draft.gguf", n_layers=1, seed=2, n_ctx=512)
+    target = write_tiny_llama(d / "target.gguf", seed=1, n_ctx=512, tied=False)
+    kvs, tensors = tiny_llama_parts(seed=1, n_ctx=512, tied=False)
+    rng = np.random.default_rng(9)
+    for i, t in enumerate(tensors):
+        if t.name.startswith("blk.1.") and not t.name.endswith("norm.weight"):
+            w = np.frombuffer(t.data, np.float32)
+            noisy = w + 0.004 * rng.standard_normal(w.shape).astype(np.float32)
+            tensors[i] = dataclasses.replace(t, data=noisy.astype(np.float32).tobytes())
+    draft = d / "draft.gguf"
+    draft.write_bytes(build_gguf(kvs, tensors))
     return target, draft
 
 
@@ -47,8 +60,9 @@ def test_draft_greedy_equals_plain_alone_and_batched(models, plain, monkeypatch,
         assert tokens(llm, PROMPTS) == plain
         proposer = llm.engine.speculator.proposer
         assert proposer.blocks.num_used_blocks == 0 and not proposer.drafts
-        if confidence == 0.0:
-            assert llm.engine.speculator.verifications > 0
+        spec = llm.engine.speculator
+        if confidence == 0.0:  # guesses held and failed: rollbacks in the engine's path
+            assert 0 < spec.accepted_tokens < spec.proposed_tokens
 
 
 def test_draft_equal_to_target_is_always_accepted(models, plain, monkeypatch):
@@ -80,6 +94,22 @@ def test_rollback_leaves_the_drafts_kv_as_a_fresh_drafts(models, monkeypatch):
         assert proposer.blocks.num_used_blocks == 0
 
 
+def test_a_full_draft_pool_means_no_guesses(models, monkeypatch):
+    from localinfer.engine.block_manager import BlockManager
+
+    monkeypatch.setattr(draft_proposer, "CONFIDENCE", 0.0)
+    with LLM(models[0], threads=1, speculative=str(models[1])) as llm:
+        proposer = llm.engine.speculator.proposer
+        proposer.blocks = BlockManager(1, proposer.block_size, False)
+        short = Sequence(0, "a", [5, 6, 7], GREEDY)
+        long = Sequence(1, "b", list(range(10, 10 + 2 * proposer.block_size)), GREEDY)
+        out = proposer.propose([long, short], [4, 4])
+        assert out[0] == [] and 1 <= len(out[1]) <= 4  # the short one fits one block
+        proposer.free(long)
+        proposer.free(short)
+        assert proposer.blocks.num_used_blocks == 0
+
+
 def write_variant(path: Path, key: str, change) -> Path:
     kvs, tensors = tiny_llama_parts(seed=3)
     kvs = [(k, t, change(v), *rest) if k == key else (k, t, v, *rest) for k, t, v, *rest in kvs]
@@ -107,3 +137,16 @@ def test_vocabulary_size_mismatch_names_both_sizes():
 
     with pytest.raises(InvalidRequestError, match="draft model d has 49152 tokens, the target 151936"):
         draft_proposer.check_vocab("d", G(), G(), Tok(151936), Tok(49152))
+
+
+def test_draft_on_llamacpp_gives_plain_tokens(models, monkeypatch):
+    """llama.cpp keeps K/V of its own: the draft's rejected guesses must leave it too."""
+    pytest.importorskip("llama_cpp")
+    monkeypatch.setattr(draft_proposer, "CONFIDENCE", 0.0)
+    opts = {"backend": "llamacpp", "threads": 1, "backend_options": {"flash_attn": False}}
+    with LLM(models[0], **opts) as llm:
+        plain = tokens(llm, PROMPTS)
+    with LLM(models[0], speculative=str(models[1]), num_speculative_tokens=4, **opts) as llm:
+        assert tokens(llm, PROMPTS) == plain
+        spec = llm.engine.speculator
+        assert 0 < spec.accepted_tokens < spec.proposed_tokens

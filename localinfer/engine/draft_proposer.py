@@ -58,11 +58,13 @@ def check_vocab(draft_name: str, target_gguf: Any, draft_gguf: Any,
 class DraftProposer(Proposer):
     name = "draft"
 
-    def __init__(self, runner: Any, max_model_len: int, confidence: float | None = None) -> None:
+    def __init__(self, runner: Any, max_model_len: int, max_num_seqs: int = 16,
+                 confidence: float | None = None) -> None:
         self.runner = runner
         self.confidence = CONFIDENCE if confidence is None else confidence
         self.block_size: int = runner.block_size
-        self.max_model_len, _ = runner.fit_kv(16, max_model_len)
+        # a runner with its own KV layout (llama.cpp) is laid out for the target's limits
+        self.max_model_len, _ = runner.fit_kv(max_num_seqs, max_model_len)
         self.blocks = BlockManager(runner.num_blocks, runner.block_size, False)
         self.blocks.on_free = runner.free_sequence
         self.blocks.on_truncate = runner.rollback
@@ -177,7 +179,7 @@ class DraftProposer(Proposer):
 
 
 def load_draft(model: str, target: Any, target_tokenizer: Any, max_model_len: int,
-               progress: bool = False) -> DraftProposer:
+               max_num_seqs: int = 16, progress: bool = False) -> DraftProposer:
     """Open the draft (a catalog name, pulled like --model, or a .gguf path) on the target
     runner's backend and threads, with as many KV blocks as the target's pool, after checking
     that its vocabulary is the target's."""
@@ -199,7 +201,7 @@ def load_draft(model: str, target: Any, target_tokenizer: Any, max_model_len: in
                 f"draft model {model} has sliding-window layers: not supported as a draft")
         runner = runner_cls(gguf, config, num_blocks=target.num_blocks,
                             block_size=target.block_size, threads=target.threads)
-        return DraftProposer(runner, min(max_model_len, config.n_ctx_train))
+        return DraftProposer(runner, min(max_model_len, config.n_ctx_train), max_num_seqs)
     except BaseException:
         gguf.close()
         raise

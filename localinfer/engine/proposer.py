@@ -39,7 +39,7 @@ class Proposer(ABC):
 
 
 def make_proposer(spec: str, runner: Any = None, tokenizer: Any = None,
-                  max_model_len: int = 4096) -> Proposer:
+                  max_model_len: int = 4096, max_num_seqs: int = 16) -> Proposer:
     """The proposer a `speculative` setting names: "ngram", else a draft model (a catalog
     name or a .gguf path) loaded on the target runner's backend (engine/draft_proposer.py)."""
     if spec == "ngram":
@@ -52,4 +52,4 @@ def make_proposer(spec: str, runner: Any = None, tokenizer: Any = None,
         raise InvalidRequestError(f"a draft model ({spec}) needs the target model's runner")
     from localinfer.engine.draft_proposer import load_draft
 
-    return load_draft(spec, runner, tokenizer, max_model_len)
+    return load_draft(spec, runner, tokenizer, max_model_len, max_num_seqs)
