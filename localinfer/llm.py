@@ -93,8 +93,10 @@ class LLM:
     ) -> None:
         """backend_options: extra keyword arguments for the backend's runner, e.g.
         {"n_gpu_layers": 99} for llamacpp. speculative: "ngram" guesses tokens by prompt
-        lookup and verifies them in the same step (greedy outputs are unchanged), at most
-        num_speculative_tokens per step (default 8); see engine/speculator.py."""
+        lookup, a model (catalog name or .gguf path: a draft with this model's vocabulary,
+        run on the same backend) guesses them greedily; they are verified in the same step
+        (greedy outputs are unchanged), at most num_speculative_tokens per step (default 8);
+        see engine/speculator.py and engine/draft_proposer.py."""
         from localinfer.backend import get_backend
         from localinfer.catalog import Catalog
         from localinfer.chat_template import ChatTemplate
@@ -116,6 +118,8 @@ class LLM:
         # checked before the model loads: a typo costs no download or compile
         EngineConfig(speculative=speculative, num_speculative_tokens=num_speculative_tokens)
         self.path: Path = Catalog.load().resolve(model, progress=progress)
+        if speculative is not None and speculative != "ngram":  # a draft: pulled like model
+            speculative = str(Catalog.load().resolve(speculative, progress=progress))
         self.gguf = open_gguf(self.path)
         try:
             runner_cls = get_backend(backend)
@@ -276,6 +280,8 @@ class LLM:
         raise InvalidRequestError("prompts must be a string, a chat or a non-empty list of them")
 
     def close(self) -> None:
+        if self.engine.speculator is not None:
+            self.engine.speculator.proposer.close()
         self.engine.runner.close()
         self.gguf.close()
 

@@ -254,9 +254,11 @@ def test_runner_without_rollback_refuses_speculation():
         llm_engine.LLMEngine(NoRollback(16, 4), FakeTokenizer(), config)
 
 
-def test_draft_model_is_refused_clearly():
-    with pytest.raises(InvalidRequestError, match="draft model is not supported yet"):
+def test_speculative_setting_is_checked_clearly():
+    with pytest.raises(InvalidRequestError, match="needs the target model's runner"):
         make_proposer("qwen2.5-coder-0.5b")
+    with pytest.raises(InvalidRequestError, match="'ngram' or a draft MODEL"):
+        EngineConfig(speculative=" ")
     with pytest.raises(InvalidRequestError, match="num_speculative_tokens"):
         EngineConfig(speculative="ngram", num_speculative_tokens=0)
 

@@ -129,3 +129,41 @@ def test_bench_speculative_table(smollm2_path: Path, tmp_path: Path) -> None:
     assert [r["workload"] for r in doc["rows"]][:3] == ["code edit", "passage answer", "story"]
     assert all(r["plain_tps"] > 0 and r["spec_tps"] > 0 for r in doc["rows"])
     assert doc["rows"][0]["acceptance"] > 0  # the code edit repeats its prompt
+
+
+def test_run_with_a_draft_model_gives_plain_output(tmp_path: Path) -> None:
+    model = write_tiny_llama(tmp_path / "tiny.gguf", seed=1)
+    draft = write_tiny_llama(tmp_path / "draft.gguf", n_layers=1, seed=2)
+    args = ("run", "--model", str(model), "--max-tokens", "24", "-t", "0", "--raw",
+            "--stats", "hello world and the world")
+    plain = cli(*args)
+    spec = cli(*args, "--speculative", str(draft), "--num-speculative-tokens", "3")
+    assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout
+
+
+@pytest.mark.slow
+def test_qwen_as_its_own_draft_same_tokens_all_accepted(qwen2_path: Path) -> None:
+    """The draft proposer on real kernels: the 0.5B drafting for itself proposes exactly
+    what the target then samples, so the text is plain greedy's and nearly every guess holds
+    (a multi-token step may round a near-tie differently from a one-token one)."""
+    from localinfer.llm import LLM
+
+    params = SamplingParams(max_tokens=64, temperature=0.0)
+    outputs = {}
+    for spec in (None, str(qwen2_path)):
+        with LLM(str(qwen2_path), max_model_len=1024, speculative=spec) as llm:
+            outputs[spec] = llm.generate(llm.request(CODE_EDIT), params)[0].token_ids
+            stats = llm.engine.stats()
+    assert outputs[str(qwen2_path)] == outputs[None]
+    assert stats.spec_verifications > 0 and stats.spec_acceptance_rate > 0.9
+
+
+@pytest.mark.slow
+def test_draft_with_another_vocabulary_is_refused_by_name(qwen2_path: Path,
+                                                          smollm2_path: Path) -> None:
+    from localinfer.errors import InvalidRequestError
+    from localinfer.llm import LLM
+
+    with pytest.raises(InvalidRequestError, match="has 49152 tokens, the target 151936"):
+        LLM(str(qwen2_path), max_model_len=256, speculative=str(smollm2_path))

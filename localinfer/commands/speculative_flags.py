@@ -9,11 +9,12 @@ from localinfer.errors import InvalidRequestError
 
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--speculative", metavar="ngram",
+    p.add_argument("--speculative", metavar="ngram|MODEL",
                    help="guess tokens and verify them in the same step: 'ngram' looks the "
                         "text's last tokens up in the prompt and output (fast when the reply "
-                        "repeats its input: code edits, extraction); greedy output is "
-                        "unchanged. A draft MODEL is not supported yet")
+                        "repeats its input: code edits, extraction); MODEL (catalog name or "
+                        ".gguf path) is a smaller draft model with the same vocabulary that "
+                        "guesses greedily while it is confident. Greedy output is unchanged")
     p.add_argument("--num-speculative-tokens", type=int, metavar="K",
                    help="most tokens a sequence guesses per step (default 8; it adapts "
                         "below that to how many are accepted)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localinfer.engine.proposer import PROPOSERS, make_proposer
 from localinfer.errors import InvalidRequestError
 
 # like llama.cpp, a modest default context; callers raise it up to the model's trained length
@@ -49,8 +48,9 @@ class EngineConfig:
             raise InvalidRequestError(
                 f"invalid num_speculative_tokens: at most {MAX_SPECULATIVE_TOKENS}, "
                 f"got {self.num_speculative_tokens}")
-        if self.speculative is not None and self.speculative not in PROPOSERS:
-            make_proposer(self.speculative)  # raises the error that names what is built
+        if self.speculative is not None and not self.speculative.strip():
+            raise InvalidRequestError(
+                "invalid speculative '': 'ngram' or a draft MODEL (catalog name or .gguf)")
 
     def resolve_num_blocks(self, kv_bytes_per_token: int) -> int:
         """Number of KV blocks for this config, given a runner's bytes of K+V per token

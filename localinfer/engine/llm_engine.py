@@ -108,7 +108,9 @@ class LLMEngine:
                     "speculative decoding is not available with it")
             from localinfer.engine.proposer import make_proposer
 
-            self.speculator = Speculator(make_proposer(config.speculative),
+            proposer = make_proposer(config.speculative, runner, tokenizer,
+                                     self.scheduler.max_model_len, config.max_num_seqs)
+            self.speculator = Speculator(proposer,
                                          config.num_speculative_tokens,
                                          config.speculative_max_decodes)
             self.scheduler.speculator = self.speculator

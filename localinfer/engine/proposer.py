@@ -14,11 +14,10 @@ passing its distribution there.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from localinfer.engine.sequence import Sequence
 from localinfer.errors import InvalidRequestError
-
-PROPOSERS = ("ngram",)
 
 
 class Proposer(ABC):
@@ -35,13 +34,22 @@ class Proposer(ABC):
     def free(self, seq: Sequence) -> None:  # noqa: B027
         """The sequence finished or was preempted: release what is kept for it."""
 
+    def close(self) -> None:  # noqa: B027
+        """Release what the proposer holds (a draft's weights and KV pool)."""
 
-def make_proposer(spec: str) -> Proposer:
-    """The proposer a `speculative` setting names."""
+
+def make_proposer(spec: str, runner: Any = None, tokenizer: Any = None,
+                  max_model_len: int = 4096, max_num_seqs: int = 16) -> Proposer:
+    """The proposer a `speculative` setting names: "ngram", else a draft model (a catalog
+    name or a .gguf path) loaded on the target runner's backend (engine/draft_proposer.py)."""
     if spec == "ngram":
         from localinfer.engine.ngram_proposer import NgramProposer
 
         return NgramProposer()
-    raise InvalidRequestError(
-        f"invalid speculative {spec!r}: only 'ngram' (prompt lookup) is built so far; "
-        "a draft model is not supported yet")
+    if not spec.strip():
+        raise InvalidRequestError("invalid speculative '': 'ngram' or a draft MODEL")
+    if runner is None:
+        raise InvalidRequestError(f"a draft model ({spec}) needs the target model's runner")
+    from localinfer.engine.draft_proposer import load_draft
+
+    return load_draft(spec, runner, tokenizer, max_model_len, max_num_seqs)
