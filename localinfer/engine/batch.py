@@ -25,6 +25,24 @@ class ScheduledBatch:
     swa_block_tables: list[list[int]] = field(default_factory=list)
     swa_slot_mapping: list[int] = field(default_factory=list)
 
+    @classmethod
+    def empty(cls, block_size: int) -> ScheduledBatch:
+        return cls([], [], [], [0], [], [], [], [], block_size)
+
+    def add_sequence(self, seq_id: int, tokens: list[int], start: int,
+                     block_table: list[int]) -> None:
+        """Append a sequence's tokens for positions start.., their slots in its block table
+        and its KV length once they are written (the scheduler's and the draft's batches)."""
+        bs = self.block_size
+        end = start + len(tokens)
+        self.seq_ids.append(seq_id)
+        self.token_ids.extend(tokens)
+        self.positions.extend(range(start, end))
+        self.slot_mapping.extend(block_table[p // bs] * bs + p % bs for p in range(start, end))
+        self.seq_starts.append(self.num_tokens)
+        self.context_lens.append(end)
+        self.block_tables.append(list(block_table))
+
     @property
     def num_seqs(self) -> int:
         return len(self.seq_ids)

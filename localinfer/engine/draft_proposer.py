@@ -95,19 +95,11 @@ class DraftProposer(Proposer):
     def _step(self, work: list[tuple[Sequence, int]]) -> dict[int, np.ndarray]:
         """One forward pass over (draft, n new tokens); the last row of each draft that
         reaches its last token comes back, keyed by seq_id."""
-        bs = self.block_size
-        batch = ScheduledBatch([], [], [], [0], [], [], [], [], bs)
+        batch = ScheduledBatch.empty(self.block_size)
         wants: list[int] = []
         for d, n in work:
             start, end = d.num_computed_tokens, d.num_computed_tokens + n
-            batch.seq_ids.append(d.seq_id)
-            batch.token_ids.extend(d.token_ids[start:end])
-            batch.positions.extend(range(start, end))
-            table = d.block_table
-            batch.slot_mapping.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            batch.seq_starts.append(batch.num_tokens)
-            batch.context_lens.append(end)
-            batch.block_tables.append(list(table))
+            batch.add_sequence(d.seq_id, d.token_ids[start:end], start, d.block_table)
             if end == d.num_tokens:
                 batch.logits_indices.append(batch.num_tokens - 1)
                 wants.append(d.seq_id)

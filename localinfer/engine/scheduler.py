@@ -189,21 +189,14 @@ class Scheduler:
 
     def _build_batch(self, scheduled: list[tuple[Sequence, int]]) -> ScheduledBatch:
         bs = self.block_size
-        batch = ScheduledBatch([], [], [], [0], [], [], [], [], bs)
+        batch = ScheduledBatch.empty(bs)
         for seq, n in scheduled:
             start = seq.num_computed_tokens
             end = start + n
             flat0 = batch.num_tokens
-            batch.seq_ids.append(seq.seq_id)
-            batch.token_ids.extend(seq.token_ids[start:end])
             guesses = seq.spec_token_ids  # after the last token, when the sequence speculates
-            batch.token_ids.extend(guesses)
-            batch.positions.extend(range(start, end))
-            table = seq.block_table
-            batch.slot_mapping.extend(table[p // bs] * bs + p % bs for p in range(start, end))
-            batch.seq_starts.append(flat0 + n)
-            batch.context_lens.append(end)
-            batch.block_tables.append(list(table))
+            batch.add_sequence(seq.seq_id, seq.token_ids[start:end] + guesses, start,
+                               seq.block_table)
             if self.sliding is not None:
                 swa = self.sliding.ensure(seq, end)
                 batch.swa_block_tables.append(list(swa))
