@@ -52,3 +52,7 @@ class BackendUnavailableError(LocalInferError):
 
 class BundleError(LocalInferError):
     """An offline bundle is damaged, hostile or incomplete, or cannot be built."""
+
+
+class EngineClosedError(LocalInferError):
+    """A step was asked of an engine whose model has been freed (the server is shutting down)."""

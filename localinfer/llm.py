@@ -280,9 +280,7 @@ class LLM:
         raise InvalidRequestError("prompts must be a string, a chat or a non-empty list of them")
 
     def close(self) -> None:
-        if self.engine.speculator is not None:
-            self.engine.speculator.proposer.close()
-        self.engine.runner.close()
+        self.engine.close()
         self.gguf.close()
 
     def __enter__(self) -> LLM:

@@ -229,3 +229,41 @@ def test_paced_reading_returns_the_outputs_before_a_failure() -> None:
     toks, error = asyncio.run(main())
     assert toks == reference(PROMPTS[1])[:3]
     assert error is not None and "kernel exploded" in str(error)
+
+
+def test_close_waits_for_the_step_in_flight_and_later_steps_are_refused() -> None:
+    """Shutdown stops waiting for the engine thread (a first compile can run for tens of
+    seconds); closing the model then must wait for that step, not free the runner under it."""
+    from localinfer.errors import EngineClosedError
+
+    engine = make_engine()
+    events: list[str] = []
+    in_step, release = threading.Event(), threading.Event()
+    execute, close = engine.runner.execute, engine.runner.close
+
+    def slow_execute(batch):
+        in_step.set()
+        release.wait(timeout=10)
+        events.append("step done")
+        return execute(batch)
+
+    def logged_close() -> None:
+        events.append("runner closed")
+        close()
+
+    engine.runner.execute, engine.runner.close = slow_execute, logged_close
+    loop = EngineLoop(engine).start()
+    handle = loop.submit(PROMPTS[0], PARAMS)
+    assert in_step.wait(timeout=5)
+    closer = threading.Thread(target=engine.close)
+    closer.start()
+    closer.join(timeout=0.3)
+    assert closer.is_alive() and events == []  # close is waiting for the step
+    release.set()
+    closer.join(timeout=5)
+    assert events == ["step done", "runner closed"]
+    with pytest.raises(EngineFailure):  # the next step is refused, the request fails cleanly
+        collect(handle)
+    with pytest.raises(EngineClosedError):
+        engine.step()
+    loop.shutdown(drain_timeout=0)

@@ -30,6 +30,7 @@ when it reaches the context limit.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -48,7 +49,11 @@ from localinfer.engine.sliding_window import SlidingWindowPool, min_pool_blocks
 from localinfer.engine.speculator import Speculator
 from localinfer.engine.text_stream import TextStream
 from localinfer.engine.verifier import verify
-from localinfer.errors import ContextLengthExceededError, InvalidRequestError
+from localinfer.errors import (
+    ContextLengthExceededError,
+    EngineClosedError,
+    InvalidRequestError,
+)
 from localinfer.sampling_params import SamplingParams
 from localinfer.structured.guide import GuideFactory
 
@@ -124,6 +129,9 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []  # abort outputs, emitted by the next step
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        # held through each step, taken by close(): the runners are freed only between steps
+        self._step_lock = threading.Lock()
+        self._closing = self._closed = False
 
     @property
     def max_model_len(self) -> int:
@@ -180,6 +188,26 @@ class LLMEngine:
         return self.scheduler.has_unfinished() or bool(self._pending)
 
     def step(self) -> list[RequestOutput]:
+        with self._step_lock:
+            if self._closing:
+                raise EngineClosedError("the engine was closed: it runs no more steps")
+            return self._step()
+
+    def close(self) -> None:
+        """Free the runner (and the draft model's) once the step in flight, if any, is done.
+        A server's engine thread can still be inside a step when shutdown stops waiting for it
+        (a first compile runs for tens of seconds); freeing the model under that step would
+        crash the process, so close waits for it, and later steps raise EngineClosedError."""
+        self._closing = True  # before the lock: no step starts after the one in flight
+        with self._step_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self.speculator is not None:
+                self.speculator.proposer.close()
+            self.runner.close()
+
+    def _step(self) -> list[RequestOutput]:
         outputs, self._pending = self._pending, []
         batch = self.scheduler.schedule()
         if batch is None:
