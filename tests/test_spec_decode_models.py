@@ -123,10 +123,12 @@ def test_bench_speculative_table(smollm2_path: Path, tmp_path: Path) -> None:
     proc = cli("bench", "--speculative", "ngram", "--quick", "--tokens", "24", "--model",
                str(smollm2_path), "--threads", "2", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    for row in ("code edit", "passage answer", "story", "4 streams, mixed", "speed-up"):
+    for row in ("code edit", "passage answer", "story", "code generation",
+                "4 streams, mixed", "speed-up"):
         assert row in proc.stdout
     doc = json.loads(out.read_text())
-    assert [r["workload"] for r in doc["rows"]][:3] == ["code edit", "passage answer", "story"]
+    assert [r["workload"] for r in doc["rows"]] == ["code edit", "passage answer", "story",
+                                                   "code generation", "4 streams, mixed"]
     assert all(r["plain_tps"] > 0 and r["spec_tps"] > 0 for r in doc["rows"])
     assert doc["rows"][0]["acceptance"] > 0  # the code edit repeats its prompt
 
