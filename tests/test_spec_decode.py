@@ -322,14 +322,27 @@ def test_adaptive_k_pauses_under_constant_rejection_and_probes_again():
     assert state.want() == 2
 
 
-def test_speculator_skips_constrained_sequences_and_respects_limits():
+class _Grammar:
+    """A guide whose grammar accepts the first `n` of any guesses."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def valid_prefix(self, tokens: list[int]) -> int:
+        return min(self.n, len(tokens))
+
+
+def test_speculator_cuts_constrained_guesses_to_the_grammar_and_respects_limits():
     from localinfer.engine.speculator import Speculator
 
-    speculator = Speculator(NgramProposer(), 4, max_decodes=2)
+    speculator = Speculator(NgramProposer(), 4, max_decodes=3)
     tokens = [1, 2, 3, 4, 5, 1, 2]
     free = Sequence(0, "r0", list(tokens), SamplingParams(max_tokens=50))
-    guided = Sequence(1, "r1", list(tokens), SamplingParams(max_tokens=50), guide=object())
-    assert speculator.propose([free, guided], 16, 1000) == [(free, [3, 4, 5, 1])]
+    guided = Sequence(1, "r1", list(tokens), SamplingParams(max_tokens=50), guide=_Grammar(2))
+    refused = Sequence(3, "r3", list(tokens), SamplingParams(max_tokens=50), guide=_Grammar(0))
+    assert speculator.propose([free, guided, refused], 16, 1000) == [
+        (free, [3, 4, 5, 1]), (guided, [3, 4])]
+    speculator.max_decodes = 2
     # k is capped by the step's budget, by max_tokens and by the context left after the
     # token the step samples anyway
     assert speculator.propose([free], 2, 1000) == [(free, [3, 4])]

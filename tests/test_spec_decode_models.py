@@ -169,3 +169,42 @@ def test_draft_with_another_vocabulary_is_refused_by_name(qwen2_path: Path,
 
     with pytest.raises(InvalidRequestError, match="has 49152 tokens, the target 151936"):
         LLM(str(qwen2_path), max_model_len=256, speculative=str(smollm2_path))
+
+
+@pytest.mark.slow
+def test_constrained_requests_speculate_within_their_grammar(smollm2_path: Path) -> None:
+    """Structured output composes with speculation: guesses are cut to what the grammar
+    accepts and every verified row is masked by the grammar's state after the guesses before
+    it, so a JSON schema's greedy tokens are those of plain constrained decoding — alone and
+    beside an unconstrained request — and guesses copied from the prompt's JSON hold."""
+    import json
+
+    from localinfer.llm import LLM
+    from localinfer.structured import StructuredOutput
+
+    schema = {"type": "object", "properties": {
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "qty": {"type": "integer"}},
+            "required": ["name", "qty"], "additionalProperties": False}}},
+        "required": ["items"], "additionalProperties": False}
+    source = {"items": [{"name": "red apples", "qty": 3}, {"name": "green pears", "qty": 12},
+                        {"name": "yellow bananas", "qty": 7}, {"name": "blue plums", "qty": 9}]}
+    prompt = "Copy this JSON exactly, nothing else:\n" + json.dumps(source)
+    constrained = SamplingParams(max_tokens=96, temperature=0.0,
+                                 structured=StructuredOutput(json=schema))
+    free = SamplingParams(max_tokens=32, temperature=0.0)
+    outputs = {}
+    for spec in (None, "ngram"):
+        with LLM(str(smollm2_path), max_model_len=1024, speculative=spec) as llm:
+            alone = llm.generate(llm.request(prompt), constrained)[0]
+            accepted_alone = llm.engine.stats().spec_accepted_tokens
+            from test_structured_engine import run
+
+            pair = run(llm, [(llm.request(prompt), constrained), (llm.request(CODE_EDIT), free)])
+            assert pair[0].error is None and pair[0].token_ids == alone.token_ids
+            outputs[spec] = (alone.token_ids, [r.token_ids for r in pair])
+            stats = llm.engine.stats()
+    assert outputs["ngram"] == outputs[None]
+    assert alone.finish_reason == "stop"
+    assert json.loads(alone.text)["items"]  # valid under the schema, and it copied the list
+    assert accepted_alone > 10 and stats.spec_accepted_tokens > accepted_alone

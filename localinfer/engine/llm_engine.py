@@ -18,8 +18,9 @@ limit) ends alone, with the error in its last output; the others carry on.
 Speculative decoding (config.speculative) is the scheduler's and the verifier's: a
 speculating sequence's step returns one logits row per guess plus one, verify() turns them
 into the accepted guesses and the next token, and the text of each is streamed as if it had
-been decoded alone (a stop string inside the run cuts the rest off). Constrained sequences
-never speculate.
+been decoded alone (a stop string inside the run cuts the rest off). A constrained
+sequence's guesses are cut to what its grammar accepts before the step, and each of its
+verified rows is masked by the grammar's state after the guesses before it.
 
 Context policy: a prompt longer than the usable context (max_model_len, or the KV pool if
 that is smaller) is rejected at add_request with ContextLengthExceededError. A prompt that
@@ -223,6 +224,12 @@ class LLMEngine:
         if masked:
             self.masker.apply(rows, [(i, masked[seq.seq_id]) for i, seq in
                                      enumerate(sample_seqs) if seq.seq_id in masked])
+            # a speculating sequence's rows (in logits itself): row j under the grammar's
+            # state after its first j guesses, so verification accepts only what plain
+            # constrained decoding could have sampled
+            self.masker.apply(logits, [(r, masked[seq.seq_id] + j) for seq, spec_rows in
+                                       speculating if seq.seq_id in masked
+                                       for j, r in enumerate(spec_rows)])
         mask_s = time.perf_counter() - t0
         tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: [t] for seq, t in zip(sample_seqs, tokens, strict=True)}
@@ -239,8 +246,7 @@ class LLMEngine:
                 logprobs[seq.seq_id] = [token_logprob(logits[r], t, k)
                                         for r, t in zip(spec_rows, verified, strict=False)]
         updated = self.scheduler.postprocess(batch, sampled)
-        errors = (self._advance_guides([s for s, _ in updated], len(guided), mask_s)
-                  if guided else {})
+        errors = self._advance_guides(updated, len(guided), mask_s) if guided else {}
         for seq, new_tokens in updated:
             out = self._process_tokens(seq, new_tokens)
             if seq.seq_id in logprobs:
@@ -257,7 +263,7 @@ class LLMEngine:
         for i, seq_id in enumerate(batch.seq_ids):
             seq = self.scheduler.seqs.get(seq_id)
             if seq is not None and seq.guide is not None and (
-                    batch.context_lens[i] == seq.num_tokens):
+                    batch.context_lens[i] == seq.num_tokens + len(seq.spec_token_ids)):
                 guided.append(seq)
         if guided and self.masker is None:
             from localinfer.structured.masks import Masker
@@ -266,37 +272,48 @@ class LLMEngine:
         return guided
 
     def _start_masks(self, guided: list[Sequence]) -> dict[int, int]:
-        """Fill the masks of the constrained sequences (seq_id -> mask index); usually the
-        previous step prefetched them already.
+        """Fill the masks of the constrained sequences (seq_id -> index of its first mask; a
+        speculating one has one more per guess, each row's grammar state after the guesses
+        before it); usually the previous step prefetched them already.
 
         Every one gets a full mask, greedy ones too: a check of the unconstrained argmax alone
         (validate_tokens) accepts any byte-valid token, while the mask keeps only canonical
         tokenizations where the grammar forces bytes ("{" is refused where '{"' is forced),
         and a model fed non-canonical tokens drifts (measured: SmolLM2 then looped)."""
+        first, at = {}, 0
+        for seq in guided:
+            first[seq.seq_id] = at
+            at += 1 + len(seq.spec_token_ids)
         if guided:
-            self.masker.start([seq.guide for seq in guided], tuple(s.seq_id for s in guided))
-        return {seq.seq_id: k for k, seq in enumerate(guided)}
+            self.masker.start([seq.guide for seq in guided],
+                              tuple((s.seq_id, tuple(s.spec_token_ids)) for s in guided),
+                              [seq.spec_token_ids for seq in guided])
+        return first
 
     def _prefetch_masks(self) -> None:
         """Start the next step's masks for the constrained sequences that will decode, in the
         order the scheduler puts them (running decodes first)."""
         nxt = [s for s in self.scheduler.running
                if s.guide is not None and s.num_uncomputed_tokens == 1]
-        if nxt:
-            self.masker.start([s.guide for s in nxt], tuple(s.seq_id for s in nxt))
+        if nxt:  # guesses are not known yet: a step that makes some fills anew
+            self.masker.start([s.guide for s in nxt], tuple((s.seq_id, ()) for s in nxt))
 
-    def _advance_guides(self, updated: list[Sequence], n_guided: int,
+    def _advance_guides(self, updated: list[tuple[Sequence, list[int]]], n_guided: int,
                         mask_s: float) -> dict[int, str]:
-        """Feed each constrained sequence's new token to its matcher: a complete grammar
+        """Feed each constrained sequence's new tokens to its matcher: a complete grammar
         finishes the sequence ("stop"); a matcher error ends it alone (returned by seq_id)."""
         t0 = time.perf_counter()
         errors: dict[int, str] = {}
-        for seq in updated:
+        for seq, new_tokens in updated:
             guide = seq.guide
             if guide is None:
                 continue
+            # every new token but one that finished the sequence (EOG, a stop, the length):
+            # a speculating sequence's accepted guesses and its sampled token; masked rows
+            # never let a guess past a complete grammar
+            taken = new_tokens[:-1] if seq.is_finished else new_tokens
             # a matcher in an error state allows only EOG: that "stop" is a failure, not an end
-            if guide.error or (not seq.is_finished and not guide.consume(seq.last_token_id)):
+            if guide.error or not all(guide.consume(t) for t in taken):
                 errors[seq.seq_id] = f"structured output failed: {guide.error or 'refused'}"
                 self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
             elif not seq.is_finished and guide.is_stopped:

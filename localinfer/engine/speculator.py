@@ -13,8 +13,10 @@ loss. The rules, applied after the scheduler has placed every decode and prefill
   concurrent streams speculation never runs and never lowers throughput);
 - guesses take only the step's leftover token budget and free KV blocks, and never preempt;
 - a sequence guesses at most its AdaptiveK's k (adaptive_k.py), at most what max_tokens and
-  the context leave after the token it samples anyway, and nothing while it is constrained
-  (structured output: its guesses would need the grammar's check, not built yet).
+  the context leave after the token it samples anyway;
+- a constrained sequence (structured output) keeps only the guesses its grammar accepts in a
+  row (Guide.valid_prefix): a guess the grammar refuses could never be verified, and the
+  ones after it would be computed for nothing.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ class Speculator:
         for seq in decodes:
             if budget < 1:
                 break
-            if seq.guide is not None:
-                continue
             if seq.adaptive_k is None:
                 seq.adaptive_k = AdaptiveK(self.max_k)
             params = seq.sampling_params
@@ -62,7 +62,13 @@ class Speculator:
         if not seqs:
             return []
         guesses = self.proposer.propose(seqs, ks)
-        return [(seq, g) for seq, g in zip(seqs, guesses, strict=True) if g]
+        out = []
+        for seq, g in zip(seqs, guesses, strict=True):
+            if g and seq.guide is not None:
+                g = g[: seq.guide.valid_prefix(g)]
+            if g:
+                out.append((seq, g))
+        return out
 
     def record(self, seq: Sequence, proposed: int, accepted: int) -> None:
         """A verification of the sequence's guesses accepted the first `accepted`."""

@@ -27,16 +27,43 @@ MAX_PROTOTYPES = 64
 
 
 class Guide:
-    """The matcher of one constrained sequence."""
+    """The matcher of one constrained sequence.
 
-    __slots__ = ("matcher",)
+    The engine thread advances it and checks guesses against it while a mask worker
+    (masks.py) may be filling its masks; `lock` keeps the two off the matcher at once."""
+
+    __slots__ = ("matcher", "lock")
 
     def __init__(self, matcher: Any) -> None:
         self.matcher = matcher
+        self.lock = threading.Lock()
 
     def consume(self, token_id: int) -> bool:
         """Advance by a sampled token; False if the grammar refused it (an error state)."""
-        return bool(self.matcher.consume_token(token_id))
+        with self.lock:
+            return bool(self.matcher.consume_token(token_id))
+
+    def valid_prefix(self, tokens: list[int]) -> int:
+        """How many of `tokens` (speculative guesses) the grammar accepts in a row from here."""
+        with self.lock:
+            return int(self.matcher.validate_tokens(tokens))
+
+    def fill_masks(self, ptr: int, size: int, guesses: list[int]) -> None:
+        """len(guesses) + 1 masks of `size` bytes from address ptr on: the mask of the current
+        state, then of the state after each guess, i.e. the mask each verified row of a
+        speculating sequence is sampled under; the matcher is rolled back to where it was.
+        The guesses passed valid_prefix, so every one is consumed."""
+        with self.lock:
+            m = self.matcher
+            m.unsafe_compute_mask_ptr(ptr, size)
+            taken = 0
+            for j, token in enumerate(guesses):
+                if not m.consume_token(token):
+                    break
+                taken += 1
+                m.unsafe_compute_mask_ptr(ptr + (j + 1) * size, size)
+            if taken:
+                m.rollback(taken)
 
     @property
     def is_stopped(self) -> bool:

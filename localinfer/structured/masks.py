@@ -24,6 +24,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -71,20 +72,24 @@ class Masker:
                         if self.workers > 1 else None)
         self._masks = np.empty((0, self.n_words), np.int32)
         self._pending: Future[float] | None = None
-        self._key: tuple[int, ...] | None = None  # which sequences the current masks are for
-        self._guides: list[Guide] = []
+        self._key: tuple[Any, ...] | None = None  # which sequences the current masks are for
+        self._guides: list[tuple[Guide, list[int]]] = []
         self.stats = MaskStats()
 
-    def start(self, guides: list[Guide], key: tuple[int, ...]) -> None:
-        """Begin filling one mask per guide (mask i for guides[i]); `key` names the sequences.
-        Already started for the same key (prefetched): nothing to do."""
+    def start(self, guides: list[Guide], key: tuple[Any, ...],
+              guesses: list[list[int]] | None = None) -> None:
+        """Begin filling the masks of the guides, in order: one per guide, or with `guesses`
+        1 + len(guesses[i]) for guides[i] (a speculating sequence's verified rows, see
+        Guide.fill_masks); `key` names the sequences and their guesses. Already started for
+        the same key (prefetched): nothing to do."""
         if key == self._key:
             return
         self._wait()  # a fill in flight writes the buffer: let it finish first
-        self._key, self._guides = key, guides
-        self._reserve(len(guides))
+        jobs = [(g, guesses[i] if guesses else []) for i, g in enumerate(guides)]
+        self._key, self._guides = key, jobs
+        self._reserve(sum(1 + len(d) for _, d in jobs))
         if self.overlap:
-            self._pending = self._pool.submit(self._fill, guides)
+            self._pending = self._pool.submit(self._fill, jobs)
 
     def apply(self, logits: np.ndarray, pairs: list[tuple[int, int]]) -> None:
         """Mask logits row r with mask m (of the guides given to start) for each (r, m)."""
@@ -109,25 +114,27 @@ class Masker:
         if len(self._masks) < n:
             self._masks = np.empty((max(n, 2 * len(self._masks)), self.n_words), np.int32)
 
-    def _fill(self, guides: list[Guide]) -> float:
+    def _fill(self, jobs: list[tuple[Guide, list[int]]]) -> float:
         t0 = time.perf_counter()
-        if self._chunks is None or len(guides) < 2:
-            self._fill_rows(guides, 0)
+        firsts = np.cumsum([0] + [1 + len(d) for _, d in jobs])
+        if self._chunks is None or len(jobs) < 2:
+            self._fill_rows(jobs, 0)
         else:
-            step = -(-len(guides) // self.workers)
-            parts = [self._chunks.submit(self._fill_rows, guides[k:k + step], k)
-                     for k in range(0, len(guides), step)]
+            step = -(-len(jobs) // self.workers)
+            parts = [self._chunks.submit(self._fill_rows, jobs[k:k + step], int(firsts[k]))
+                     for k in range(0, len(jobs), step)]
             for part in parts:
                 part.result()
-        self.stats.masks += len(guides)
+        self.stats.masks += int(firsts[-1])
         return time.perf_counter() - t0
 
-    def _fill_rows(self, guides: list[Guide], first: int) -> None:
-        # each call drops the GIL while llguidance walks the token trie
+    def _fill_rows(self, jobs: list[tuple[Guide, list[int]]], first: int) -> None:
+        # each mask drops the GIL while llguidance walks the token trie
         size = self.n_words * 4
-        base = self._masks.ctypes.data + first * size
-        for i, g in enumerate(guides):
-            g.matcher.unsafe_compute_mask_ptr(base + i * size, size)
+        at = self._masks.ctypes.data + first * size
+        for g, guesses in jobs:
+            g.fill_masks(at, size, guesses)
+            at += (1 + len(guesses)) * size
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
