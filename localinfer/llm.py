@@ -141,6 +141,7 @@ class LLM:
                 num_speculative_tokens=num_speculative_tokens,
             )
             options = dict(backend_options or {})
+            self.engine_config.draft_backend_options = dict(options)
             num_blocks = self._size_kv_pools(runner_cls, options)
             runner = runner_cls(
                 self.gguf,

@@ -146,7 +146,18 @@ def test_draft_on_llamacpp_gives_plain_tokens(models, monkeypatch):
     opts = {"backend": "llamacpp", "threads": 1, "backend_options": {"flash_attn": False}}
     with LLM(models[0], **opts) as llm:
         plain = tokens(llm, PROMPTS)
+    from localinfer.backends.llamacpp.runner import LlamaCppModelRunner
+
+    made: list[bool | None] = []  # the flash_attn each runner got: the draft's too
+    init = LlamaCppModelRunner.__init__
+
+    def spy(self, *args, **kwargs):
+        made.append(kwargs.get("flash_attn"))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaCppModelRunner, "__init__", spy)
     with LLM(models[0], speculative=str(models[1]), num_speculative_tokens=4, **opts) as llm:
+        assert made == [False, False]
         assert tokens(llm, PROMPTS) == plain
         spec = llm.engine.speculator
         assert 0 < spec.accepted_tokens < spec.proposed_tokens

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from localinfer.errors import InvalidRequestError
 
@@ -33,6 +34,8 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
     speculative_max_decodes: int = 4
+    # the draft model's runner keywords: the target's backend_options (n_gpu_layers, ...)
+    draft_backend_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",

@@ -171,10 +171,12 @@ class DraftProposer(Proposer):
 
 
 def load_draft(model: str, target: Any, target_tokenizer: Any, max_model_len: int,
-               max_num_seqs: int = 16, progress: bool = False) -> DraftProposer:
+               max_num_seqs: int = 16, progress: bool = False,
+               backend_options: dict[str, Any] | None = None) -> DraftProposer:
     """Open the draft (a catalog name, pulled like --model, or a .gguf path) on the target
-    runner's backend and threads, with as many KV blocks as the target's pool, after checking
-    that its vocabulary is the target's."""
+    runner's backend and threads, with the target's backend options (llama.cpp's
+    n_gpu_layers or flash_attn apply to both models) and as many KV blocks as the target's
+    pool, after checking that its vocabulary is the target's."""
     from localinfer.catalog import Catalog
     from localinfer.gguf_file import open_gguf
     from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
@@ -192,7 +194,8 @@ def load_draft(model: str, target: Any, target_tokenizer: Any, max_model_len: in
             raise InvalidRequestError(
                 f"draft model {model} has sliding-window layers: not supported as a draft")
         runner = runner_cls(gguf, config, num_blocks=target.num_blocks,
-                            block_size=target.block_size, threads=target.threads)
+                            block_size=target.block_size, threads=target.threads,
+                            **(backend_options or {}))
         return DraftProposer(runner, min(max_model_len, config.n_ctx_train), max_num_seqs)
     except BaseException:
         gguf.close()

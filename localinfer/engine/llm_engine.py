@@ -115,7 +115,8 @@ class LLMEngine:
             from localinfer.engine.proposer import make_proposer
 
             proposer = make_proposer(config.speculative, runner, tokenizer,
-                                     self.scheduler.max_model_len, config.max_num_seqs)
+                                     self.scheduler.max_model_len, config.max_num_seqs,
+                                     config.draft_backend_options)
             self.speculator = Speculator(proposer,
                                          config.num_speculative_tokens,
                                          config.speculative_max_decodes)

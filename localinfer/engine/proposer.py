@@ -39,9 +39,11 @@ class Proposer(ABC):
 
 
 def make_proposer(spec: str, runner: Any = None, tokenizer: Any = None,
-                  max_model_len: int = 4096, max_num_seqs: int = 16) -> Proposer:
+                  max_model_len: int = 4096, max_num_seqs: int = 16,
+                  backend_options: dict[str, Any] | None = None) -> Proposer:
     """The proposer a `speculative` setting names: "ngram", else a draft model (a catalog
-    name or a .gguf path) loaded on the target runner's backend (engine/draft_proposer.py)."""
+    name or a .gguf path) loaded on the target runner's backend with the target's
+    backend_options (engine/draft_proposer.py)."""
     if spec == "ngram":
         from localinfer.engine.ngram_proposer import NgramProposer
 
@@ -52,4 +54,5 @@ def make_proposer(spec: str, runner: Any = None, tokenizer: Any = None,
         raise InvalidRequestError(f"a draft model ({spec}) needs the target model's runner")
     from localinfer.engine.draft_proposer import load_draft
 
-    return load_draft(spec, runner, tokenizer, max_model_len, max_num_seqs)
+    return load_draft(spec, runner, tokenizer, max_model_len, max_num_seqs,
+                      backend_options=backend_options)
