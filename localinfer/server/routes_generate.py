@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localinfer.server.constraints import compile_constraint
+from localinfer.server.echo import EchoedPrompt, prompt_texts
+from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
 from localinfer.server.generation import ClientGone, Job, until_disconnect
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
-from localinfer.server.protocol import GenerationFields, parse_generation
+from localinfer.server.protocol import GenerationFields, invalid, parse_generation
 from localinfer.server.security import read_json
 from localinfer.server.state import ServerState
 from localinfer.server.streaming import sse_response
@@ -23,7 +26,8 @@ async def chat_completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
     state.require_ready()
-    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len)
+    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len,
+                              n_vocab=state.llm.tokenizer.n_vocab)
     state.check_model(fields.model)
     fields.constraints.bind_tools(state.llm.tokenizer)
     fields.params.structured = fields.constraints.structured
@@ -38,13 +42,41 @@ async def completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
     state.require_ready()
-    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len)
+    llm = state.llm  # the one place the model is fetched
+    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len,
+                              n_vocab=llm.tokenizer.n_vocab)
     state.check_model(fields.model)
-    prompts = await asyncio.to_thread(completion_prompts, state.llm, body.get("prompt"))
+    suffix = body.get("suffix")
+    if suffix is not None:
+        prompts = _fim_prompts(llm, fields, body.get("prompt"), suffix,
+                               fields.model or state.model_id)
+    else:
+        prompts = await asyncio.to_thread(completion_prompts, llm, body.get("prompt"))
     for ids in prompts:
         check_context(len(ids), state.max_model_len, "prompt")
+    echoes = None
+    if fields.echo:
+        texts = prompt_texts(llm, body.get("prompt"), prompts)
+        echoes = [EchoedPrompt(t, ids, llm.tokenizer) for t, ids in zip(texts, prompts,
+                                                                          strict=True)]
     await _compile(state, fields)
-    return await _generate(request, state, prompts, fields, chat=False)
+    return await _generate(request, state, prompts, fields, chat=False, echoes=echoes)
+
+
+def _fim_prompts(llm: Any, fields: GenerationFields, prompt: Any, suffix: Any,
+                 model: str) -> list[list[int]]:
+    """`suffix`: each prompt is the code before the cursor, `suffix` the code after it."""
+    if not isinstance(suffix, str):
+        raise invalid("suffix", "'suffix' must be a string")
+    if fields.echo:
+        raise invalid("echo", "'echo' cannot be combined with 'suffix'")
+    fim = require_fim(llm, model, "suffix")
+    prefixes = [prompt] if isinstance(prompt, str) else prompt
+    if not (isinstance(prefixes, list) and prefixes
+            and all(isinstance(p, str) for p in prefixes)):
+        raise invalid("prompt", "with 'suffix', 'prompt' must be a string (the code before "
+                      "the cursor) or a list of strings")
+    return [fim_prompt(llm, fim, p, suffix) for p in prefixes]
 
 
 async def _compile(state: ServerState, fields: GenerationFields) -> None:
@@ -57,10 +89,11 @@ async def _compile(state: ServerState, fields: GenerationFields) -> None:
 
 
 async def _generate(request: Request, state: ServerState, prompts: list[list[int]],
-                    fields: GenerationFields, *, chat: bool) -> Response:
+                    fields: GenerationFields, *, chat: bool,
+                    echoes: list[EchoedPrompt] | None = None) -> Response:
     job = Job.submit(state, "chatcmpl" if chat else "cmpl", prompts, fields)
     fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None,
-                    tools=fields.constraints.tools)
+                    tools=fields.constraints.tools, echoes=echoes)
     if fields.stream:
         return sse_response(job, fmt, fields.include_usage)
     try:

@@ -40,7 +40,16 @@ async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator
         if fmt.chat:
             for c in job.choices:
                 yield sse(fmt.role_chunk(c.index, include_usage))
+        echoed: set[int] = set()
         async for choice, out in job.outputs():
+            if fmt.echoes and choice.index not in echoed:
+                echoed.add(choice.index)  # the prompt's logprobs came with this first output
+                yield sse(fmt.echo_chunk(choice, include_usage))
+            if not choice.keep_output:  # echo with max_tokens 0: only the prompt is answered
+                if out.finished:
+                    yield sse(fmt.chunk(choice.index, None, None, choice.finish_reason,
+                                        usage_null=include_usage))
+                continue
             lp = out.logprobs if fmt.want_logprobs else None
             if fmt.parsers:
                 deltas = fmt.tool_deltas(choice.index, out.text, out.finished)
@@ -50,7 +59,7 @@ async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator
                     yield sse(fmt.delta_chunk(choice.index, delta, lp if k == 0 else None,
                                               include_usage))
             elif out.text or lp:
-                offset = len(choice.text) - len(out.text)
+                offset = fmt.text_base(choice) + len(choice.text) - len(out.text)
                 yield sse(fmt.chunk(choice.index, out.text, lp, None, offset, include_usage))
             if out.finished:
                 yield sse(fmt.chunk(choice.index, None, None, fmt.finish_reason(choice),
