@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localinfer.server import routes_generate, routes_infill, routes_info
+from localinfer.server import routes_generate, routes_infill, routes_info, routes_responses
 from localinfer.server.config import ServerConfig
 from localinfer.server.loading import start_loading
 from localinfer.server.metrics import MetricsMiddleware, ServerMetrics
@@ -59,6 +59,7 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         ("/chat/completions", routes_generate.chat_completions, "POST"),
         ("/completions", routes_generate.completions, "POST"),
         ("/models", routes_info.models, "GET"),
+        ("/responses", routes_responses.responses, "POST"),
     ]
     # each OpenAI route also without /v1, as llama-server answers them: for clients given
     # a bare base URL (http://host:port)

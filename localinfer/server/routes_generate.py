@@ -34,7 +34,7 @@ async def chat_completions(request: Request) -> Response:
     ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"),
                                   fields.constraints.tools)
     check_context(len(ids), state.max_model_len, "messages")
-    await _compile(state, fields)
+    await compile_constraint_of(state.llm, fields)
     return await _generate(request, state, [ids], fields, chat=True)
 
 
@@ -59,7 +59,7 @@ async def completions(request: Request) -> Response:
         texts = prompt_texts(llm, body.get("prompt"), prompts)
         echoes = [EchoedPrompt(t, ids, llm.tokenizer) for t, ids in zip(texts, prompts,
                                                                           strict=True)]
-    await _compile(state, fields)
+    await compile_constraint_of(llm, fields)
     return await _generate(request, state, prompts, fields, chat=False, echoes=echoes)
 
 
@@ -79,12 +79,12 @@ def _fim_prompts(llm: Any, fields: GenerationFields, prompt: Any, suffix: Any,
     return [fim_prompt(llm, fim, p, suffix) for p in prefixes]
 
 
-async def _compile(state: ServerState, fields: GenerationFields) -> None:
+async def compile_constraint_of(llm: Any, fields: GenerationFields) -> None:
     """Compile the request's constraint on a worker thread (400 if it cannot be enforced);
     the engine thread then only copies the compiled matcher."""
     spec = fields.params.structured
     if spec is not None:
-        await asyncio.to_thread(compile_constraint, state.llm.engine.guides, spec,
+        await asyncio.to_thread(compile_constraint, llm.engine.guides, spec,
                                 fields.constraints.param)
 
 
