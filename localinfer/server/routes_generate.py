@@ -6,20 +6,18 @@ import asyncio
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from localinfer.server.constraints import compile_constraint
 from localinfer.server.echo import EchoedPrompt, prompt_texts
 from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
-from localinfer.server.generation import ClientGone, Job, until_disconnect
+from localinfer.server.generation import Job
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
 from localinfer.server.protocol import GenerationFields, invalid, parse_generation
 from localinfer.server.security import read_json
 from localinfer.server.state import ServerState
-from localinfer.server.streaming import sse_response
-
-CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
+from localinfer.server.streaming import sse_response, whole_answer
 
 
 async def chat_completions(request: Request) -> Response:
@@ -96,10 +94,4 @@ async def _generate(request: Request, state: ServerState, prompts: list[list[int
                     tools=fields.constraints.tools, echoes=echoes)
     if fields.stream:
         return sse_response(job, fmt, fields.include_usage)
-    try:
-        await until_disconnect(request.receive, job.collect())
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        job.close()
-    return JSONResponse(fmt.response())
+    return await whole_answer(request, job, lambda _: fmt.response())

@@ -16,19 +16,17 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
 from localinfer.server.fim import fim_prompt, parse_extra, require_fim
-from localinfer.server.generation import ChoiceState, ClientGone, Job, until_disconnect
+from localinfer.server.generation import ChoiceState, Job
 from localinfer.server.prompts import check_context
 from localinfer.server.protocol import APIError, invalid, parse_generation
 from localinfer.server.security import read_json
 from localinfer.server.state import ServerState
-from localinfer.server.streaming import SSE_HEADERS
+from localinfer.server.streaming import event_stream, whole_answer
 
-CLIENT_CLOSED = 499
 # llama.cpp's /completion names -> ours; n_predict -1 means "until the context is full"
 _RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
 
@@ -54,15 +52,9 @@ async def infill(request: Request) -> Response:
     check_context(len(ids), state.max_model_len, "input_prefix")
     job = Job.submit(state, "infill", [ids], fields)
     if fields.stream:
-        return StreamingResponse(_events(job, model), media_type="text/event-stream",
-                                 headers=SSE_HEADERS, background=BackgroundTask(job.close))
-    try:
-        (choice,) = await until_disconnect(request.receive, job.collect())
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        job.close()
-    return JSONResponse(_final(job, choice, model, choice.text))
+        return event_stream(job, _events(job, model))
+    return await whole_answer(request, job,
+                              lambda choices: _final(job, choices[0], model, choices[0].text))
 
 
 def _as_completion(body: dict[str, Any], max_model_len: int) -> dict[str, Any]:

@@ -12,19 +12,18 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response
 
-from localinfer.server.generation import ClientGone, Job, until_disconnect
+from localinfer.server.generation import Job
 from localinfer.server.prompts import chat_prompt, check_context
 from localinfer.server.protocol import APIError, parse_generation
 from localinfer.server.responses_events import ResponseBuilder
 from localinfer.server.responses_input import chat_request
-from localinfer.server.routes_generate import CLIENT_CLOSED, compile_constraint_of
+from localinfer.server.routes_generate import compile_constraint_of
 from localinfer.server.security import read_json
 from localinfer.server.state import ServerState
-from localinfer.server.streaming import SSE_HEADERS
+from localinfer.server.streaming import event_stream, whole_answer
 
 log = logging.getLogger("localinfer.server")
 
@@ -52,15 +51,8 @@ async def responses(request: Request) -> Response:
     builder = ResponseBuilder(job, fields.model or state.model_id, echo,
                               tools=fields.constraints.tools is not None)
     if fields.stream:
-        return StreamingResponse(_events(job, builder), media_type="text/event-stream",
-                                 headers=SSE_HEADERS, background=BackgroundTask(job.close))
-    try:
-        (choice,) = await until_disconnect(request.receive, job.collect())
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        job.close()
-    return JSONResponse(builder.complete(choice))
+        return event_stream(job, _events(job, builder))
+    return await whole_answer(request, job, lambda choices: builder.complete(choices[0]))
 
 
 def _sse(event: dict[str, Any]) -> str:
