@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localinfer.errors import InvalidRequestError
 from localinfer.structured.spec import StructuredOutput
 
 MAX_LOGPROBS = 20  # as the OpenAI API caps top_logprobs
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range for a logit_bias value: [-100, 100]
 
 
 @dataclass(slots=True)
@@ -27,6 +29,11 @@ class SamplingParams:
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the top k
+    # None: none; k: every prompt token's logprob (the first has none) and the top k of each
+    prompt_logprobs: int | None = None
+    # token id -> added to its logit before anything else (OpenAI's logit_bias); -100 bans a
+    # token in practice, +100 all but forces it
+    logit_bias: dict[int, float] | None = None
     # constrain the output (JSON Schema, regex, grammar, choice): token masks, engine-side
     structured: StructuredOutput | None = None
 
@@ -61,10 +68,28 @@ class SamplingParams:
             not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= MAX_LOGPROBS
         ):
             raise bad("logprobs", f"must be an integer in [0, {MAX_LOGPROBS}]")
+        if self.prompt_logprobs is not None and (
+            not isinstance(self.prompt_logprobs, int)
+            or not 0 <= self.prompt_logprobs <= MAX_LOGPROBS
+        ):
+            raise bad("prompt_logprobs", f"must be an integer in [0, {MAX_LOGPROBS}]")
+        if self.logit_bias is not None:
+            self._validate_logit_bias(bad)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise bad("stop", "stop strings must be non-empty strings")
         if self.structured is not None and not isinstance(self.structured, StructuredOutput):
             raise bad("structured", "must be a StructuredOutput")
+
+    def _validate_logit_bias(self, bad: Callable[[str, str], InvalidRequestError]) -> None:
+        if not isinstance(self.logit_bias, dict):
+            raise bad("logit_bias", "must be a dict of token id -> bias")
+        for token, bias in self.logit_bias.items():
+            if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+                raise bad("logit_bias", f"token id {token!r} is not a non-negative integer")
+            if (isinstance(bias, bool) or not isinstance(bias, (int, float))
+                    or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS):
+                raise bad("logit_bias", f"bias {bias!r} of token {token} is not a number in "
+                          f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
 
     @property
     def greedy(self) -> bool:

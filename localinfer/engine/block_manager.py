@@ -72,8 +72,9 @@ class BlockManager:
 
     def _cache_hits(self, seq: Sequence) -> list[int]:
         """Block ids of the longest cached prefix; never the block of the last token, whose
-        logits must be computed."""
-        if not self.enable_prefix_caching or seq.prompt_logits:
+        logits must be computed, and none for a sequence that needs every prompt position's
+        logits (a cached block's positions are never computed)."""
+        if not self.enable_prefix_caching or seq.wants_prompt_rows:
             return []
         n_full = (seq.num_tokens - 1) // self.block_size
         self._hash_full_blocks(seq, n_full)

@@ -159,6 +159,11 @@ class LLMEngine:
                 exc.args = (f"{exc} (the KV cache holds {self.max_model_len} tokens)",)
             raise exc
         params.validate()
+        if params.logit_bias:
+            bad = [t for t in params.logit_bias if t >= n_vocab]
+            if bad:
+                raise InvalidRequestError(
+                    f"invalid logit_bias: token id {bad[0]} not in [0, {n_vocab})")
         guide = None if params.structured is None else self.guides.guide(params.structured)
         self._constrained |= guide is not None
         seq_id = next(self._seq_ids)
@@ -342,6 +347,8 @@ class LLMEngine:
                 for flat in range(start, end):
                     if first_pos + flat - start < seq.num_prompt_tokens:
                         seq.prompt_logits_rows.append(logits[row_of[flat]].copy())
+            if seq.sampling_params.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
+                self._score_prompt(seq, batch.positions[start:end], start, row_of, logits)
             n_guesses = len(seq.spec_token_ids)
             if batch.context_lens[i] != seq.num_tokens + n_guesses:
                 continue  # a prefill chunk short of the last token
@@ -352,6 +359,19 @@ class LLMEngine:
                 seqs.append(seq)
                 rows.append(row_of[end - 1])
         return seqs, rows, speculating
+
+    @staticmethod
+    def _score_prompt(seq: Sequence, positions: list[int], flat0: int, row_of: dict[int, int],
+                      logits: np.ndarray) -> None:
+        """Prompt logprobs of a prefill chunk: the row at position p scores prompt token
+        p + 1 (with the top k). Only the next missing position is taken, so a chunk
+        recomputed after a preemption adds nothing twice."""
+        k = seq.sampling_params.prompt_logprobs
+        assert k is not None
+        for j, pos in enumerate(positions):
+            if pos == len(seq.prompt_logprobs) and pos + 1 < seq.num_prompt_tokens:
+                row = logits[row_of[flat0 + j]]
+                seq.prompt_logprobs.append(token_logprob(row, seq.token_ids[pos + 1], k))
 
     def _process_tokens(self, seq: Sequence, tokens: list[int]) -> RequestOutput:
         """Stream the step's new tokens of a sequence as plain decoding would, one at a
@@ -388,6 +408,11 @@ class LLMEngine:
         if finished and seq.prompt_logits and seq.prompt_logits_rows:
             prompt_logits = np.stack(seq.prompt_logits_rows).astype(np.float32, copy=False)
             seq.prompt_logits_rows.clear()
+        prompt_logprobs = None
+        if token_ids and seq.sampling_params.prompt_logprobs is not None and (
+                not seq.prompt_logprobs_sent):
+            prompt_logprobs, seq.prompt_logprobs = seq.prompt_logprobs, []
+            seq.prompt_logprobs_sent = True
         return RequestOutput(
             seq_id=seq.seq_id,
             request_id=seq.request_id,
@@ -401,6 +426,7 @@ class LLMEngine:
             arrival_time=seq.arrival_time,
             first_token_time=seq.first_token_time,
             prompt_logits=prompt_logits,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def stats(self) -> EngineStats:

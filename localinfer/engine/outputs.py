@@ -33,6 +33,9 @@ class RequestOutput:
     first_token_time: float | None
     prompt_logits: np.ndarray | None = None  # (n_prompt, n_vocab) float32, when asked for
     logprobs: list[TokenLogprob] | None = None  # one per token in token_ids, when asked for
+    # params.prompt_logprobs: prompt tokens 1.. (the first has no context to be scored in),
+    # on the request's first output with tokens
+    prompt_logprobs: list[TokenLogprob] | None = None
     error: str | None = None  # why the request failed alone (finish_reason "abort")
 
 

@@ -1,6 +1,7 @@
 """Sampler: small composable numpy functions over one sequence's logits.
 
-Order as llama.cpp's default chain: penalties, top-k, top-p, min-p, temperature, then a draw
+Order as llama.cpp's default chain: logit bias, penalties, top-k, top-p, min-p, temperature,
+then a draw
 from the sequence's own Generator (so a seeded request does not depend on what else is in
 the batch). Temperature 0 is greedy: argmax, ties to the lowest token id.
 """
@@ -14,6 +15,14 @@ import numpy as np
 from localinfer.engine.outputs import TokenLogprob
 from localinfer.engine.sequence import Sequence
 from localinfer.sampling_params import SamplingParams
+
+
+def apply_logit_bias(logits: np.ndarray, bias: dict[int, float]) -> np.ndarray:
+    """Add each biased token's bias to its logit (OpenAI's logit_bias). A token the
+    structured-output mask removed stays at -inf: a bias never re-admits it."""
+    ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+    logits[ids] += np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+    return logits
 
 
 def apply_penalties(logits: np.ndarray, recent: list[int], p: SamplingParams) -> np.ndarray:
@@ -109,9 +118,11 @@ def last_tokens(token_ids: list[int], last_n: int) -> list[int]:
 
 
 def filtered(row: np.ndarray, p: SamplingParams, recent: list[int]) -> np.ndarray:
-    """A copy of one logits row with the penalties over `recent` applied and, unless greedy,
-    top-k, top-p and min-p: what greedy() or sample() then picks from."""
+    """A copy of one logits row with the logit bias and the penalties over `recent` applied
+    and, unless greedy, top-k, top-p and min-p: what greedy() or sample() then picks from."""
     x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
+    if p.logit_bias:
+        x = apply_logit_bias(x, p.logit_bias)
     if has_penalty(p):
         x = apply_penalties(x, recent, p)
     if p.greedy:
@@ -128,21 +139,25 @@ def has_penalty(p: SamplingParams) -> bool:
     return p.repetition_penalty != 1.0 or p.presence_penalty != 0.0 or p.frequency_penalty != 0.0
 
 
+def plain_greedy(p: SamplingParams) -> bool:
+    """Greedy on the raw logits: an argmax of the runner's row picks the token (no bias or
+    penalty reshapes the row first)."""
+    return p.greedy and not p.logit_bias and not has_penalty(p)
+
+
 class Sampler:
     def __call__(self, logits: np.ndarray, seqs: list[Sequence]) -> list[int]:
         """logits: (n_seqs, n_vocab) float32, row i for seqs[i]. Returns one token each."""
-        if seqs and all(s.sampling_params.greedy and not has_penalty(s.sampling_params)
-                        for s in seqs):
+        if seqs and all(plain_greedy(s.sampling_params) for s in seqs):
             # a batch of plain greedy decodes: one argmax over the block, not one per row
             return np.argmax(logits[: len(seqs)], axis=1).tolist()
         return [self.sample_one(logits[i], seq) for i, seq in enumerate(seqs)]
 
     def sample_one(self, row: np.ndarray, seq: Sequence) -> int:
         p = seq.sampling_params
-        penalized = has_penalty(p)
-        if p.greedy and not penalized:
+        if plain_greedy(p):
             return greedy(row)
-        x = filtered(row, p, recent_tokens(seq, p.penalty_last_n) if penalized else [])
+        x = filtered(row, p, recent_tokens(seq, p.penalty_last_n) if has_penalty(p) else [])
         if p.greedy:
             return greedy(x)
         if seq.generator is None:

@@ -202,7 +202,7 @@ class Scheduler:
                 batch.swa_block_tables.append(list(swa))
                 batch.swa_slot_mapping.extend(swa[p // bs] * bs + p % bs
                                               for p in range(start, end))
-            if seq.prompt_logits and start < seq.num_prompt_tokens:
+            if seq.wants_prompt_rows and start < seq.num_prompt_tokens:
                 last = min(end, seq.num_prompt_tokens)
                 batch.logits_indices.extend(range(flat0, flat0 + last - start))
                 if end == seq.num_tokens and end > last:

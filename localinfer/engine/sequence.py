@@ -50,6 +50,10 @@ class Sequence:
     num_registered_blocks: int = 0  # leading blocks already offered to the prefix cache
     prompt_logits: bool = False  # return logits of every prompt position (score())
     prompt_logits_rows: list[Any] = field(default_factory=list)  # np rows, filled by the engine
+    # params.prompt_logprobs: TokenLogprobs of prompt tokens 1.. (row p scores token p + 1),
+    # filled chunk by chunk and handed out once, with the first sampled token
+    prompt_logprobs: list[Any] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
     generator: Any = None  # numpy Generator of this request (seeded if params.seed is set)
     guide: Any = None  # structured.Guide: the grammar matcher of a constrained request
     # speculative decoding: this step's guesses, scheduled after the last token (never in
@@ -85,6 +89,13 @@ class Sequence:
     @property
     def num_uncomputed_tokens(self) -> int:
         return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def wants_prompt_rows(self) -> bool:
+        """Every prompt position's logits row is needed (score(), or prompt logprobs not yet
+        handed out), so no position may come from the prefix cache."""
+        return self.prompt_logits or (self.sampling_params.prompt_logprobs is not None
+                                      and not self.prompt_logprobs_sent)
 
     @property
     def last_token_id(self) -> int:

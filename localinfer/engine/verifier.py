@@ -2,9 +2,11 @@
 
 A speculating sequence ran its last token and k guesses g_1..g_k in one forward pass, so the
 step returns k + 1 logits rows: row j predicts the token after g_j (row 0: after the last
-token). Each row is sampled exactly as plain decoding would sample it — penalties over the
-tokens before it (the sequence's tokens, then the guesses accepted so far), top-k, top-p,
-min-p, temperature, the request's own Generator — and the guesses are checked in order:
+token). Each row is sampled exactly as plain decoding would sample it — the logit bias,
+penalties over the tokens before it (the sequence's tokens, then the guesses accepted so
+far), top-k, top-p, min-p, temperature, the request's own Generator — and the guesses are
+checked in order (so a biased request verifies against its biased distribution, and its
+tokens stay exactly plain decoding's):
 
 - greedy: g_j is accepted while it equals the row's argmax; the first mismatch yields the
   argmax instead. The tokens are exactly plain greedy decoding's.
@@ -29,6 +31,7 @@ from localinfer.engine.sampler import (
     has_penalty,
     last_tokens,
     make_generator,
+    plain_greedy,
     probabilities,
 )
 from localinfer.engine.sequence import Sequence
@@ -39,7 +42,7 @@ def verify(rows: np.ndarray, seq: Sequence, guesses: list[int]) -> list[int]:
     the sequence's last token). Returns the accepted guesses and the target's next token."""
     k = len(guesses)
     p = seq.sampling_params
-    if p.greedy and not has_penalty(p):
+    if plain_greedy(p):
         best = np.argmax(rows[: k + 1], axis=1).tolist()
         n = 0
         while n < k and best[n] == guesses[n]:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localinfer.server import routes_generate, routes_info
+from localinfer.server import routes_generate, routes_infill, routes_info, routes_responses
 from localinfer.server.config import ServerConfig
 from localinfer.server.loading import start_loading
 from localinfer.server.metrics import MetricsMiddleware, ServerMetrics
@@ -55,10 +55,18 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         if state.llm is not None:
             state.llm.close()
 
-    routes = [
-        Route("/v1/chat/completions", routes_generate.chat_completions, methods=["POST"]),
-        Route("/v1/completions", routes_generate.completions, methods=["POST"]),
-        Route("/v1/models", routes_info.models, methods=["GET"]),
+    openai_routes = [
+        ("/chat/completions", routes_generate.chat_completions, "POST"),
+        ("/completions", routes_generate.completions, "POST"),
+        ("/models", routes_info.models, "GET"),
+        ("/responses", routes_responses.responses, "POST"),
+    ]
+    # each OpenAI route also without /v1, as llama-server answers them: for clients given
+    # a bare base URL (http://host:port)
+    routes = [Route(prefix + path, handler, methods=[method])
+              for path, handler, method in openai_routes for prefix in ("/v1", "")]
+    routes += [
+        Route("/infill", routes_infill.infill, methods=["POST"]),
         Route("/health", routes_info.health, methods=["GET"]),
         Route("/metrics", routes_info.metrics, methods=["GET"]),
         Route("/tokenize", routes_info.tokenize, methods=["POST"]),

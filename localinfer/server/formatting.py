@@ -5,19 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from localinfer.engine.outputs import TokenLogprob
+from localinfer.server.echo import MIN_LOGPROB, EchoedPrompt, join_logprobs
 from localinfer.server.generation import ChoiceState, Job
 from localinfer.tools.parser import ToolCallParser
 from localinfer.tools.spec import ToolConfig
-
-_MIN_LOGPROB = -9999.0  # JSON has no -inf
 
 
 class Formatter:
     """Builds the bodies of one request; `chat` selects the chat or the completions shape."""
 
     def __init__(self, job: Job, model: str, chat: bool, logprobs: bool,
-                 tools: ToolConfig | None = None) -> None:
+                 tools: ToolConfig | None = None,
+                 echoes: list[EchoedPrompt] | None = None) -> None:
         self.job = job
+        self.echoes = echoes  # completions with echo: one per prompt
         self.want_logprobs = logprobs
         self.model = model
         self.chat = chat
@@ -55,6 +56,13 @@ class Formatter:
         if self.chat:
             return {"index": c.index, "message": {"role": "assistant", "content": c.text},
                     "logprobs": logprobs, "finish_reason": c.finish_reason}
+        if self.echoes:
+            echo = self.echoes[c.prompt_index]
+            if self.want_logprobs:
+                logprobs = join_logprobs(echo.logprobs(c.prompt_logprobs),
+                                         self.logprobs(c.logprobs, len(echo.text)))
+            return {"index": c.index, "text": echo.text + c.text, "logprobs": logprobs,
+                    "finish_reason": c.finish_reason}
         return {"index": c.index, "text": c.text, "logprobs": logprobs,
                 "finish_reason": c.finish_reason}
 
@@ -78,6 +86,19 @@ class Formatter:
         if usage_null:
             body["usage"] = None
         return body
+
+    def echo_chunk(self, c: ChoiceState, usage_null: bool) -> dict[str, Any]:
+        """A streamed echo's first chunk: the prompt's text and logprobs."""
+        assert self.echoes
+        echo = self.echoes[c.prompt_index]
+        body = self.chunk(c.index, echo.text, None, None, usage_null=usage_null)
+        if self.want_logprobs:
+            body["choices"][0]["logprobs"] = echo.logprobs(c.prompt_logprobs)
+        return body
+
+    def text_base(self, c: ChoiceState) -> int:
+        """Where the choice's generated text starts in its answer (after an echoed prompt)."""
+        return len(self.echoes[c.prompt_index].text) if self.echoes else 0
 
     def finish_reason(self, c: ChoiceState) -> str | None:
         """"tool_calls" when a choice that stopped on its own made calls."""
@@ -136,16 +157,16 @@ class Formatter:
                 top = []
                 for tid, lp in item.top:
                     t, b = self._token(tid)
-                    top.append({"token": t, "logprob": max(lp, _MIN_LOGPROB), "bytes": list(b)})
-                content.append({"token": text, "logprob": max(item.logprob, _MIN_LOGPROB),
+                    top.append({"token": t, "logprob": max(lp, MIN_LOGPROB), "bytes": list(b)})
+                content.append({"token": text, "logprob": max(item.logprob, MIN_LOGPROB),
                                 "bytes": list(raw), "top_logprobs": top})
             return {"content": content}
         tokens, token_logprobs, tops, offsets = [], [], [], []
         for item in items:
             text, _ = self._token(item.token_id)
             tokens.append(text)
-            token_logprobs.append(max(item.logprob, _MIN_LOGPROB))
-            tops.append({self._token(tid)[0]: max(lp, _MIN_LOGPROB) for tid, lp in item.top})
+            token_logprobs.append(max(item.logprob, MIN_LOGPROB))
+            tops.append({self._token(tid)[0]: max(lp, MIN_LOGPROB) for tid, lp in item.top})
             offsets.append(text_offset)
             text_offset += len(text)
         return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops,

@@ -43,19 +43,30 @@ class ChoiceState:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] | None = None  # echo: prompt tokens 1..
     first_token_time: float | None = None
     last_token_time: float | None = None
+    # False for echo with max_tokens 0: the one token the engine samples after the prompt is
+    # dropped (text, ids, logprobs) and the choice ends with "length"
+    keep_output: bool = True
 
     def add(self, out: RequestOutput) -> None:
         now = time.perf_counter()
+        if out.prompt_logprobs is not None:
+            self.prompt_logprobs = out.prompt_logprobs
+        self.num_prompt_tokens = out.num_prompt_tokens
+        self.num_cached_tokens = out.num_cached_tokens
+        if not self.keep_output:
+            if out.finished:
+                self.finish_reason = "length" if out.finish_reason == "stop" else (
+                    out.finish_reason)
+            return
         self.text += out.text
         if out.token_ids:
             self.num_tokens += len(out.token_ids)
             if self.first_token_time is None:
                 self.first_token_time = now
             self.last_token_time = now
-        self.num_prompt_tokens = out.num_prompt_tokens
-        self.num_cached_tokens = out.num_cached_tokens
         if out.logprobs:
             self.logprobs.extend(out.logprobs)
         if out.finished:
@@ -87,7 +98,8 @@ class Job:
                     index = p * fields.n + j
                     handle = loop.submit(ids, params, f"{request_id}-{index}", aio=True)
                     job.handles.append(handle)
-                    job.choices.append(ChoiceState(index, p, num_prompt_tokens=len(ids)))
+                    job.choices.append(ChoiceState(index, p, num_prompt_tokens=len(ids),
+                                                   keep_output=not fields.prompt_only))
         except QueueFullError as exc:
             job.close()
             raise unavailable(f"the server is busy: {exc}; retry later", status=429) from exc

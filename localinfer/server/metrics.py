@@ -102,7 +102,8 @@ class _EngineCollector(Collector):
             yield CounterMetricFamily(name, doc, value=float(value))
 
 
-_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+_OPENAI = ("/chat/completions", "/completions", "/models", "/responses")
+_ROUTES = frozenset({*(f"/v1{p}" for p in _OPENAI), *_OPENAI, "/infill", "/health",
                      "/metrics", "/tokenize", "/detokenize"})
 
 

@@ -146,17 +146,27 @@ class GenerationFields:
     logprobs: int | None  # None: off; k: the sampled token's logprob and the top k
     params: SamplingParams  # max_tokens is set per prompt once its length is known
     constraints: Constraints  # response_format, structured_outputs, tools
+    echo: bool = False  # completions: the answer starts with the prompt (and its logprobs)
+    # completions with echo and max_tokens 0: the prompt scored, nothing generated (the engine
+    # samples one token at the end of the prefill anyway; it is dropped)
+    prompt_only: bool = False
 
 
-def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) -> GenerationFields:
+def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int,
+                     n_vocab: int | None = None) -> GenerationFields:
+    """n_vocab: the model's vocabulary size, which logit_bias ids are checked against."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", "'model' must be a string")
     _reject_unsupported(body, chat)
-    from localinfer.server.constraints import parse_constraints  # it imports this module
+    from localinfer.server.constraints import parse_constraints  # they import this module
+    from localinfer.server.logit_bias import parse_logit_bias
 
     constraints = parse_constraints(body, chat=chat)
-    max_tokens = get_int(body, "max_tokens", 1, max_model_len, None)
+    echo = not chat and get_bool(body, "echo")
+    # max_tokens 0 with echo: score the prompt only (lm-evaluation-harness's loglikelihood)
+    max_tokens = get_int(body, "max_tokens", 0 if echo else 1, max_model_len, None)
+    prompt_only = max_tokens == 0
     if chat:
         mct = get_int(body, "max_completion_tokens", 1, max_model_len, None)
         max_tokens = mct if mct is not None else max_tokens
@@ -169,7 +179,7 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
     seed = get_int(body, "seed", -(2**63), 2**64 - 1, None)
     top_k = get_int(body, "top_k", -1, 1 << 20, 0) or 0
     params = SamplingParams(
-        max_tokens=max_tokens or max_model_len,
+        max_tokens=1 if prompt_only else max_tokens or max_model_len,
         temperature=get_float(body, "temperature", 0.0, 2.0, 1.0),
         top_p=get_float(body, "top_p", 1e-9, 1.0, 1.0),
         top_k=max(top_k, 0),  # -1 (vLLM) means disabled, as 0 does
@@ -181,10 +191,12 @@ def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int) ->
         stop=get_stop(body),
         ignore_eos=get_bool(body, "ignore_eos"),
         logprobs=logprobs,
+        prompt_logprobs=logprobs if echo else None,
+        logit_bias=parse_logit_bias(body.get("logit_bias"), n_vocab),
         structured=constraints.structured,
     )
     return GenerationFields(model, n, stream, include_usage, max_tokens, logprobs, params,
-                            constraints)
+                            constraints, echo, prompt_only)
 
 
 def _stream_options(body: dict[str, Any], stream: bool) -> bool:
@@ -211,13 +223,11 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
 
 def _reject_unsupported(body: dict[str, Any], chat: bool) -> None:
     """Fields that would change the answer must never be silently ignored."""
-    if body.get("logit_bias"):
-        raise invalid("logit_bias", "'logit_bias' is not supported yet")
-    if not chat:
-        if get_bool(body, "echo"):
-            raise invalid("echo", "'echo' is not supported yet")
-        if body.get("suffix") is not None:
-            raise invalid("suffix", "'suffix' is not supported yet")
+    if chat:
+        for name in ("echo", "suffix"):
+            if body.get(name) not in (None, False):
+                raise invalid(name, f"'{name}' is only supported by /v1/completions")
+    else:
         best_of = get_int(body, "best_of", 1, MAX_N, None)
         if best_of is not None and best_of != (body.get("n") or 1):
             raise invalid("best_of", "'best_of' other than n is not supported yet")

@@ -3,34 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from localinfer.server.constraints import compile_constraint
+from localinfer.server.echo import EchoedPrompt, prompt_texts
+from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
-from localinfer.server.generation import ClientGone, Job, until_disconnect
+from localinfer.server.generation import Job
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
-from localinfer.server.protocol import GenerationFields, parse_generation
+from localinfer.server.protocol import GenerationFields, invalid, parse_generation
 from localinfer.server.security import read_json
 from localinfer.server.state import ServerState
-from localinfer.server.streaming import sse_response
-
-CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
+from localinfer.server.streaming import sse_response, whole_answer
 
 
 async def chat_completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
     state.require_ready()
-    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len)
+    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len,
+                              n_vocab=state.llm.tokenizer.n_vocab)
     state.check_model(fields.model)
     fields.constraints.bind_tools(state.llm.tokenizer)
     fields.params.structured = fields.constraints.structured
     ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"),
                                   fields.constraints.tools)
     check_context(len(ids), state.max_model_len, "messages")
-    await _compile(state, fields)
+    await compile_constraint_of(state.llm, fields)
     return await _generate(request, state, [ids], fields, chat=True)
 
 
@@ -38,35 +40,58 @@ async def completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
     state.require_ready()
-    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len)
+    llm = state.llm  # the one place the model is fetched
+    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len,
+                              n_vocab=llm.tokenizer.n_vocab)
     state.check_model(fields.model)
-    prompts = await asyncio.to_thread(completion_prompts, state.llm, body.get("prompt"))
+    suffix = body.get("suffix")
+    if suffix is not None:
+        prompts = _fim_prompts(llm, fields, body.get("prompt"), suffix,
+                               fields.model or state.model_id)
+    else:
+        prompts = await asyncio.to_thread(completion_prompts, llm, body.get("prompt"))
     for ids in prompts:
         check_context(len(ids), state.max_model_len, "prompt")
-    await _compile(state, fields)
-    return await _generate(request, state, prompts, fields, chat=False)
+    echoes = None
+    if fields.echo:
+        texts = prompt_texts(llm, body.get("prompt"), prompts)
+        echoes = [EchoedPrompt(t, ids, llm.tokenizer) for t, ids in zip(texts, prompts,
+                                                                          strict=True)]
+    await compile_constraint_of(llm, fields)
+    return await _generate(request, state, prompts, fields, chat=False, echoes=echoes)
 
 
-async def _compile(state: ServerState, fields: GenerationFields) -> None:
+def _fim_prompts(llm: Any, fields: GenerationFields, prompt: Any, suffix: Any,
+                 model: str) -> list[list[int]]:
+    """`suffix`: each prompt is the code before the cursor, `suffix` the code after it."""
+    if not isinstance(suffix, str):
+        raise invalid("suffix", "'suffix' must be a string")
+    if fields.echo:
+        raise invalid("echo", "'echo' cannot be combined with 'suffix'")
+    fim = require_fim(llm, model, "suffix")
+    prefixes = [prompt] if isinstance(prompt, str) else prompt
+    if not (isinstance(prefixes, list) and prefixes
+            and all(isinstance(p, str) for p in prefixes)):
+        raise invalid("prompt", "with 'suffix', 'prompt' must be a string (the code before "
+                      "the cursor) or a list of strings")
+    return [fim_prompt(llm, fim, p, suffix) for p in prefixes]
+
+
+async def compile_constraint_of(llm: Any, fields: GenerationFields) -> None:
     """Compile the request's constraint on a worker thread (400 if it cannot be enforced);
     the engine thread then only copies the compiled matcher."""
     spec = fields.params.structured
     if spec is not None:
-        await asyncio.to_thread(compile_constraint, state.llm.engine.guides, spec,
+        await asyncio.to_thread(compile_constraint, llm.engine.guides, spec,
                                 fields.constraints.param)
 
 
 async def _generate(request: Request, state: ServerState, prompts: list[list[int]],
-                    fields: GenerationFields, *, chat: bool) -> Response:
+                    fields: GenerationFields, *, chat: bool,
+                    echoes: list[EchoedPrompt] | None = None) -> Response:
     job = Job.submit(state, "chatcmpl" if chat else "cmpl", prompts, fields)
     fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None,
-                    tools=fields.constraints.tools)
+                    tools=fields.constraints.tools, echoes=echoes)
     if fields.stream:
         return sse_response(job, fmt, fields.include_usage)
-    try:
-        await until_disconnect(request.receive, job.collect())
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        job.close()
-    return JSONResponse(fmt.response())
+    return await whole_answer(request, job, lambda _: fmt.response())

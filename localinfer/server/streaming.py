@@ -10,19 +10,40 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.background import BackgroundTask
-from starlette.responses import StreamingResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from localinfer.server.formatting import Formatter
-from localinfer.server.generation import Job
+from localinfer.server.generation import ChoiceState, ClientGone, Job, until_disconnect
 from localinfer.server.protocol import APIError
 
 log = logging.getLogger("localinfer.server")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+CLIENT_CLOSED = 499  # nginx's "client closed request"; nobody reads it
+
+
+async def whole_answer(request: Request, job: Job,
+                       body: Callable[[list[ChoiceState]], dict[str, Any]]) -> Response:
+    """A non-streamed answer: the body built from the finished choices, unless the client
+    went away first; the job is closed either way."""
+    try:
+        choices = await until_disconnect(request.receive, job.collect())
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        job.close()
+    return JSONResponse(body(choices))
+
+
+def event_stream(job: Job, events: AsyncIterator[str]) -> StreamingResponse:
+    # the background task also closes the job if the stream never started (early disconnect)
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS,
+                             background=BackgroundTask(job.close))
 
 
 def sse(data: Any) -> str:
@@ -30,9 +51,7 @@ def sse(data: Any) -> str:
 
 
 def sse_response(job: Job, fmt: Formatter, include_usage: bool) -> StreamingResponse:
-    # the background task also closes the job if the stream never started (early disconnect)
-    return StreamingResponse(events(job, fmt, include_usage), media_type="text/event-stream",
-                             headers=SSE_HEADERS, background=BackgroundTask(job.close))
+    return event_stream(job, events(job, fmt, include_usage))
 
 
 async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator[str]:
@@ -40,7 +59,16 @@ async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator
         if fmt.chat:
             for c in job.choices:
                 yield sse(fmt.role_chunk(c.index, include_usage))
+        echoed: set[int] = set()
         async for choice, out in job.outputs():
+            if fmt.echoes and choice.index not in echoed:
+                echoed.add(choice.index)  # the prompt's logprobs came with this first output
+                yield sse(fmt.echo_chunk(choice, include_usage))
+            if not choice.keep_output:  # echo with max_tokens 0: only the prompt is answered
+                if out.finished:
+                    yield sse(fmt.chunk(choice.index, None, None, choice.finish_reason,
+                                        usage_null=include_usage))
+                continue
             lp = out.logprobs if fmt.want_logprobs else None
             if fmt.parsers:
                 deltas = fmt.tool_deltas(choice.index, out.text, out.finished)
@@ -50,7 +78,7 @@ async def events(job: Job, fmt: Formatter, include_usage: bool) -> AsyncIterator
                     yield sse(fmt.delta_chunk(choice.index, delta, lp if k == 0 else None,
                                               include_usage))
             elif out.text or lp:
-                offset = len(choice.text) - len(out.text)
+                offset = fmt.text_base(choice) + len(choice.text) - len(out.text)
                 yield sse(fmt.chunk(choice.index, out.text, lp, None, offset, include_usage))
             if out.finished:
                 yield sse(fmt.chunk(choice.index, None, None, fmt.finish_reason(choice),
