@@ -88,7 +88,10 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     def lookup(isa, ws, tokens, out):
         embed(isa, ws, tokens, out)
 
-    rows, cols, n = 70, 160, 9  # 70 rows: a partial last tile
+    # 70 rows: a partial last tile; 21 activation rows: 5-bit codes decoded once per part
+    # (matmul_tiles.DECODE_ROWS), then 4-row groups and one row; the first 9 rows alone take
+    # the per-group unpacking
+    rows, cols, n = 70, 160, 21
     p, ref = packed(qtype, rows, cols, seed=1)
     tiles = stack_tiles([p])
     kind, zero, w, d, m, _ = tiles
@@ -102,6 +105,9 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     fast = np.zeros((n, rows), np.float32)
     run(isa, tiles, x, qbuf, fast)
     np.testing.assert_array_equal(fast, generic)
+    few = np.zeros((9, rows), np.float32)
+    run(isa, tiles, x[:9].copy(), qbuf, few)
+    np.testing.assert_array_equal(few, generic[:9])
     for i in (0, 4, 8):  # one row alone (the 1-row path) == the same row in a 4-row group
         alone = np.zeros((1, rows), np.float32)
         run(isa, tiles, x[i : i + 1].copy(), qbuf, alone)

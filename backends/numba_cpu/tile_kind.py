@@ -106,3 +106,17 @@ def has_mins(typingctx, kind):
         raise TypingError(f"expected a TileKind, not {kind}")
     value = int(kind.mins)
     return types.boolean(kind), lambda ctx, builder, sig, args: ir.Constant(ir.IntType(1), value)
+
+
+# Not a weight layout: 5-bit codes unpacked to one byte each, one part's groups in a row
+# (matmul_tiles decodes a part's codes once when many activation rows pass over them)
+KIND_CODES5 = 105
+
+
+@intrinsic
+def decoded_kind(typingctx, kind):
+    """The kind of a part's decoded 5-bit codes (KIND_CODES5, the same mins)."""
+    if not isinstance(kind, TileKindType):
+        raise TypingError(f"expected a TileKind, not {kind}")
+    return TileKindType(KIND_CODES5, kind.mins)(kind), (
+        lambda ctx, builder, sig, args: ctx.get_dummy_value())

@@ -42,13 +42,18 @@ from ..simd.vectors import (
     vload_f16,
     vsplat_f32,
     vsplat_i32,
+    vstore_bytes,
     vstore_f32,
     vzero_f32,
     vzero_i32,
     width,
 )
 from ..simd.vmath import vadd_i32, vcvt_f32, vfma, vmul, vsub_i32
-from ..tile_kind import TileKindType, has_mins, kind_of
+from ..tile_kind import KIND_CODES5, TileKindType, decoded_kind, has_mins, kind_of
+
+# a part's 5-bit codes are unpacked once, to bytes, when at least this many activation rows
+# pass over them (prefill chunks, batched and speculative steps) instead of once per 4 rows
+DECODE_ROWS = 16
 
 
 @njit(nogil=True)
@@ -74,6 +79,8 @@ def _group(isa, kind, w, wo, k):
     kind_of(kind) is a constant, so only one branch is left."""
     if kind_of(kind) == KIND_Q8:
         return vload_bytes(isa, w, wo + 64 * k)
+    if kind_of(kind) == KIND_CODES5:  # decoded by _decode_part: one part's groups in a row
+        return vload_bytes(isa, w, wo + 4 * lanes(isa) * k)
     g = vload_bytes(isa, w, wo + 64 * (k % 4))
     nib = vnib_lo(g) if k < 4 else vnib_hi(g)
     if kind_of(kind) == KIND_Q5:  # the fifth bits: the plane after the four nibble groups
@@ -175,7 +182,8 @@ def _isum4_for_width(isa, kind, w, wo, xq, xo, rs):
     # chosen while typing: only the width's own variant is compiled; 5-bit codes on the
     # AVX2 pair (int16 partial sums, four groups at most) take two chains at 8 lanes too
     pair = isa.isa == "avx2" and not isa.vnni
-    if width(isa) == 16 or (pair and isinstance(kind, TileKindType) and kind.kind == KIND_Q5):
+    five = isinstance(kind, TileKindType) and kind.kind in (KIND_Q5, KIND_CODES5)
+    if width(isa) == 16 or (pair and five):
         return _isum4_two_chains
     return _isum4_one_chain
 
@@ -202,9 +210,10 @@ def _prefetch_block(kind, w, d, m, nxt, b):
 
 
 @njit(nogil=True, inline="always")
-def _block(isa, kind, w, d, m, t, h, b, pf, nxt):
+def _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt):
     """Block b of part h of tile t: its scales and mins (f32 lanes) and the offset of its
-    weight bytes; with pf, first a prefetch of block b of tile nxt."""
+    weight bytes, which are part wh of tile wt of w (t, h; or 0, 0 in a part's decoded
+    codes); with pf, first a prefetch of block b of tile nxt."""
     if pf:
         _prefetch_block(kind, w, d, m, nxt, b)
     nb, tb = w.shape[1], w.shape[2]
@@ -212,20 +221,20 @@ def _block(isa, kind, w, d, m, t, h, b, pf, nxt):
     mo = (t * nb + b) * TILE_ROWS + h * n
     dw = vload_f16(isa, d, mo)
     mw = vload_f16(isa, m, mo) if has_mins(kind) else dw
-    return dw, mw, (t * nb + b) * tb + h * 4 * n
+    return dw, mw, (wt * nb + b) * tb + wh * 4 * n
 
 
 @njit(nogil=True, inline="always")
-def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
-    """Rows i..i+3 of out, part h of tile t.  pf (prefetch tile nxt alongside): a constant at
-    each call site."""
+def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt):
+    """Rows i..i+3 of out, part h of tile t (its weights: part wh of tile wt of w).  pf
+    (prefetch tile nxt alongside): a constant at each call site."""
     rs = xq.strides[0]  # int8: bytes == elements
     a0 = vzero_f32(isa)
     a1 = vzero_f32(isa)
     a2 = vzero_f32(isa)
     a3 = vzero_f32(isa)
     for b in range(w.shape[1]):
-        dw, mw, wo = _block(isa, kind, w, d, m, t, h, b, pf, nxt)
+        dw, mw, wo = _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt)
         s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
         a0 = _accumulate(isa, kind, a0, s0, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
         a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i + 1, b], xi[i + 1, b],
@@ -243,15 +252,28 @@ def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
 
 
 @njit(nogil=True, inline="always")
-def _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, pf, nxt):
-    """Row i of out, part h of tile t; the flags as in _rows4."""
+def _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt):
+    """Row i of out, part h of tile t; the rest as in _rows4."""
     rs = xq.strides[0]
     acc = vzero_f32(isa)
     for b in range(w.shape[1]):
-        dw, mw, wo = _block(isa, kind, w, d, m, t, h, b, pf, nxt)
+        dw, mw, wo = _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt)
         s = _isum1(isa, kind, w, wo, xq, i * rs + 32 * b)
         acc = _accumulate(isa, kind, acc, s, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
     _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
+
+
+@njit(nogil=True, inline="always")
+def _decode_part(isa, kind, w, d, m, t, h, nxt, codes):
+    """Part h of tile t's codes as bytes, block b's group k at codes[0, b, 4 n k:], read as
+    KIND_CODES5; prefetching tile nxt meanwhile, as a first pass of rows would."""
+    nb, tb = w.shape[1], w.shape[2]
+    n = lanes(isa)
+    for b in range(nb):
+        _prefetch_block(kind, w, d, m, nxt, b)
+        wo = (t * nb + b) * tb + h * 4 * n
+        for k in range(8):
+            vstore_bytes(codes, b * 32 * n + 4 * n * k, _group(isa, kind, w, wo, k))
 
 
 @njit(nogil=True, inline="always")
@@ -266,18 +288,32 @@ def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
     if t * TILE_ROWS + h * lanes(isa) >= rows:
         return  # the padding half of a last tile
     nxt = min(t + 1, w.shape[0] - 1)
+    if kind_of(kind) == KIND_Q5 and n_tokens >= DECODE_ROWS:
+        # the fifth-bit unpacking (~7 instructions a group on the AVX2 pair) once per part
+        # rather than once per 4 rows: the rows then read plain bytes; the same integers
+        codes = np.empty((1, w.shape[1], 32 * lanes(isa)), np.uint8)
+        _decode_part(isa, kind, w, d, m, t, h, nxt, codes)
+        ck = decoded_kind(kind)
+        i = 0
+        while i + 4 <= n_tokens:
+            _rows4(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
+            i += 4
+        while i < n_tokens:
+            _row1(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
+            i += 1
+        return
     i = 0
     if n_tokens >= 4:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
         i = 4
     elif n_tokens > 0:
-        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, 0, True, nxt)
+        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
         i = 1
     while i + 4 <= n_tokens:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
         i += 4
     while i < n_tokens:
-        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, i, False, nxt)
+        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
         i += 1
 
 

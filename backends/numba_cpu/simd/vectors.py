@@ -180,6 +180,8 @@ def _store(kind: type, element: ir.Type, align: int):
 vstore_f32 = _store(F32Vec, F32, 4)
 vstore_f16 = _store(F32Vec, HALF, 2)
 vstore_i8 = _store(I32Vec, I8, 1)
+# the 4 x lanes bytes of an int32 vector as they are, into a uint8/int8 array at byte `off`
+vstore_bytes = _store(I32Vec, I32, 1)
 
 
 @intrinsic
