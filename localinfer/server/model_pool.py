@@ -180,20 +180,21 @@ class ModelPool:
             self.plan.release(slot)
         log.info("unloaded model %s", slot.id)
 
-    async def unload_name(self, name: str) -> bool:
+    async def unload_name(self, name: str) -> tuple[bool, bool]:
         """Unload the model `name` now, or, while requests use it, when the last one finishes
-        (they are not cut short); False if it was not loaded."""
+        (they are not cut short). (was loaded, unload pending on running requests)."""
         model = self.served.resolve(name)
         slot = self.slots.get(model.id)
         if slot is None:
-            return False
+            return False, False
         await slot.loaded.wait()
         if slot.state is not SlotState.READY:
-            return False
+            return False, False
         slot.keep_alive = 0
         if slot.idle:
             await self.unload(slot)
-        return True
+            return True, False
+        return True, True
 
     async def expire(self) -> None:
         """The expiry task: unload idle models whose keep-alive has run out."""

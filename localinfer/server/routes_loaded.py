@@ -62,8 +62,8 @@ def _iso(t: float) -> str:
 async def unload(request: Request) -> Response:
     state, body = await read_body(request)
     name = model_field(body)
-    unloaded = await state.pool.unload_name(name)
-    return JSONResponse({"model": name, "unloaded": unloaded})
+    unloaded, pending = await state.pool.unload_name(name)
+    return JSONResponse({"model": name, "unloaded": unloaded, "pending": pending})
 
 
 ROUTES = [
