@@ -183,3 +183,21 @@ def test_a_model_larger_than_the_budget_gets_503_with_the_numbers(smollm2_path,
         assert complete(client_for(srv), tiny_path.stem)  # and the server keeps serving
     finally:
         srv.stop()
+
+
+def test_keep_alive_and_memory_sizes_parse_as_documented() -> None:
+    from localinfer.errors import InvalidRequestError
+    from localinfer.server.keep_alive import parse_keep_alive
+    from localinfer.server.memory_plan import parse_memory
+
+    assert [parse_keep_alive(v) for v in (300, "5m", "30s", "1h30m", "0", 0, "2.5")] == [
+        300.0, 300.0, 30.0, 5400.0, 0.0, 0.0, 2.5]
+    assert parse_keep_alive(-1) is None and parse_keep_alive("-1m") is None
+    assert parse_memory("512") == 512 * MB and parse_memory("8G") == 8 << 30
+    assert parse_memory("1.5GiB") == 3 << 29
+    for bad in ("soon", "", True, [1], "5 parsecs"):
+        with pytest.raises(InvalidRequestError):
+            parse_keep_alive(bad)
+    for bad in ("lots", "-5", "0", "8X"):
+        with pytest.raises(InvalidRequestError):
+            parse_memory(bad)
