@@ -201,3 +201,20 @@ def test_keep_alive_and_memory_sizes_parse_as_documented() -> None:
     for bad in ("lots", "-5", "0", "8X"):
         with pytest.raises(InvalidRequestError):
             parse_memory(bad)
+
+
+def test_a_model_that_fails_to_load_answers_clearly_and_the_rest_serve(tiny_path,
+                                                                       tmp_path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    srv = start(config(tiny_path, broken))
+    try:
+        for _ in range(2):  # the failure is remembered, not retried on every request
+            r = httpx.post(f"{srv.url}/v1/completions", timeout=60,
+                           json={"model": "broken", "prompt": "x", "max_tokens": 1})
+            assert r.status_code == 500, r.text
+            assert "'broken' failed to load" in r.json()["error"]["message"]
+        assert complete(client_for(srv), tiny_path.stem)
+        assert loaded(srv) == [f"{tiny_path.stem}:latest"]
+    finally:
+        srv.stop()

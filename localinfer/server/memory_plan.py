@@ -7,8 +7,9 @@ Policy:
 - The budget is --max-memory, else DEFAULT_SHARE of the machine's RAM: the rest is left to
   the OS, the activations of a step and whatever else the user runs.
 - A load reserves its need before a byte is read; the reservation is returned when the model
-  is unloaded (or its load fails). What does not fit gets a MemoryError naming needed,
-  budget and in-use MB, which the pool turns into LRU eviction of idle models or a 503.
+  is unloaded (or its load fails). The pool (model_pool.py) checks `fits` first and evicts
+  idle models to make room; what still does not fit is a 503 worded by `shortfall`, with the
+  needed, budget and in-use MB.
 """
 
 from __future__ import annotations
