@@ -23,6 +23,7 @@ from localinfer.server import (
     routes_infill,
     routes_info,
     routes_loaded,
+    routes_ollama_generate,
     routes_ollama_models,
     routes_responses,
 )
@@ -90,6 +91,7 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         Route("/tokenize", routes_info.tokenize, methods=["POST"]),
         Route("/detokenize", routes_info.detokenize, methods=["POST"]),
         *routes_ollama_models.ROUTES,
+        *routes_ollama_generate.ROUTES,
         *routes_loaded.ROUTES,
     ]
     middleware = [Middleware(MetricsMiddleware, metrics=state.metrics)]

@@ -116,7 +116,8 @@ def _figures(stats: Any, queued: int, in_flight: int) -> Iterator[tuple[Any, str
 _OPENAI = ("/chat/completions", "/completions", "/models", "/responses")
 _ROUTES = frozenset({*(f"/v1{p}" for p in _OPENAI), *_OPENAI, "/infill", "/health",
                      "/metrics", "/tokenize", "/detokenize", "/api/version", "/api/tags",
-                     "/api/show", "/api/ps", "/api/pull", "/api/delete", "/api/unload"})
+                     "/api/show", "/api/ps", "/api/pull", "/api/delete", "/api/unload",
+                     "/api/chat", "/api/generate"})
 
 
 class MetricsMiddleware:
