@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rm": ("models", "remove a pulled model from the cache"),
     "info": ("info", "describe a GGUF model: architecture, sizes, tensor types, memory"),
     "serve": ("serve", "serve an OpenAI-compatible HTTP API (chat, completions, metrics)"),
+    "ps": ("ps", "list the models a running server has loaded (memory, KV use, requests)"),
+    "stop": ("ps", "unload a model from a running server"),
     "bench": ("bench", "benchmark localinfer against llama.cpp on the same model and threads"),
     "quantize": ("quantize", "quantize a GGUF model (byte-identical to llama.cpp's quantizer)"),
     "eval": ("eval", "compare two models on a text: perplexity, KL divergence, top-1 agreement"),

@@ -21,14 +21,16 @@ READY_TIMEOUT = 600.0  # a cold kernel compile on a busy 2-core machine is slow
 class ServerThread:
     """`build_server` (the same code `localinfer serve` runs) on a free loopback port."""
 
-    def __init__(self, config: ServerConfig, model_path: Path) -> None:
+    def __init__(self, config: ServerConfig, model_path: Path | None,
+                 catalog: Any = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         config.port = self.port
         config.log_level = "warning"
-        self.server: DrainingServer = build_server(config, model_path=model_path)
+        self.server: DrainingServer = build_server(config, model_path=model_path,
+                                                   catalog=catalog)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -74,13 +76,19 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
 
 
 def metrics(url: str, **headers: str) -> dict[str, float]:
-    """Prometheus text -> {"name{labels}": value} (and {"name": value} without labels)."""
+    """Prometheus text -> {"name{labels}": value}; a name seen only with labels (the engine
+    figures carry a `model` label) also gets {"name": sum over its label sets}."""
     text = httpx.get(f"{url}/metrics", headers=headers, timeout=10).text
-    out = {}
+    out: dict[str, float] = {}
+    sums: dict[str, float] = {}
     for line in text.splitlines():
         m = _SAMPLE.match(line)
         if m:
             out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            if m.group(2):
+                sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(3))
+    for name, total in sums.items():
+        out.setdefault(name, total)
     return out
 
 

@@ -50,7 +50,8 @@ def test_bad_logit_bias_is_a_400(client, bias) -> None:
     assert e.value.body["param"] == "logit_bias"
 
 
-def test_echo_with_max_tokens_0_scores_the_prompt_as_llm_score_does(server, client) -> None:
+def test_echo_with_max_tokens_0_scores_the_prompt_as_llm_score_does(server, client,
+                                                                  smollm2_path) -> None:
     r = complete(client, max_tokens=0, echo=True, logprobs=2)
     choice = r.choices[0]
     assert choice.text == PROMPT and choice.finish_reason == "length"
@@ -65,7 +66,7 @@ def test_echo_with_max_tokens_0_scores_the_prompt_as_llm_score_does(server, clie
     # second LLM on the same file (no engine is shared across threads)
     from localinfer.llm import LLM
 
-    with LLM(server.state.model_path, max_model_len=64, threads=1) as llm:
+    with LLM(smollm2_path, max_model_len=64, threads=1) as llm:
         logits = llm.score(ids).astype(np.float64)
     expected = logits - logits.max(-1, keepdims=True)
     expected -= np.log(np.exp(expected).sum(-1, keepdims=True))

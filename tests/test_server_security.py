@@ -51,6 +51,25 @@ def test_20_openai_client_with_key(guarded) -> None:
         bad.models.list()
 
 
+def test_20_ollama_routes_need_the_key_too(guarded) -> None:
+    ollama = pytest.importorskip("ollama")
+    for path, body in (("/api/chat", {"model": "x", "messages": []}),
+                       ("/api/generate", {"model": "x", "prompt": ""}),
+                       ("/api/tags", None), ("/api/ps", None)):
+        r = httpx.request("POST" if body is not None else "GET", f"{guarded.url}{path}",
+                          json=body, headers={"Host": "localhost"})
+        assert r.status_code == 401, path  # before the model is looked up or loaded
+        evil = httpx.request("POST" if body is not None else "GET", f"{guarded.url}{path}",
+                             json=body, headers={"Host": "evil.example",
+                                                 "Authorization": f"Bearer {KEY}"})
+        assert evil.status_code == 403, path
+    with pytest.raises(ollama.ResponseError) as e:
+        ollama.Client(host=guarded.url).list()
+    assert e.value.status_code == 401
+    keyed = ollama.Client(host=guarded.url, headers={"Authorization": f"Bearer {KEY}"})
+    assert keyed.list() is not None
+
+
 def test_21_unexpected_host_header_is_403(guarded) -> None:
     auth = {"Authorization": f"Bearer {KEY}"}
     for host in ("evil.example", "evil.example:8000", "localhost.evil.example", ""):

@@ -11,8 +11,21 @@ from localinfer.errors import BackendUnavailableError, InvalidRequestError, Loca
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
-    p.add_argument("--served-model-name", help="the model id clients use (default: the name)")
+    p.add_argument("--model", "-m", action="append", default=[], metavar="MODEL",
+                   help="catalog name or path to a .gguf file (repeatable: requests choose by "
+                   "their `model`; the first is the default and loads at start). Without it: "
+                   "every pulled catalog model, loaded on first use")
+    p.add_argument("--served-model-name",
+                   help="the id clients use for the first model (default: its name)")
+    p.add_argument("--allow-pull", action="store_true",
+                   help="pull a catalog model a request names if it is not pulled yet")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="memory the loaded models may hold, weights + KV cache: MB, or with a "
+                   "unit (8G); the least recently used idle model is unloaded to make room "
+                   "(default: 75%% of RAM)")
+    p.add_argument("--keep-alive", metavar="DURATION",
+                   help="unload a model idle this long: seconds or 5m, 1h; 0 right after each "
+                   "request; -1 never (default: 5m; with a single --model, never)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not for /health)")
@@ -47,6 +60,8 @@ def main(name: str, args: argparse.Namespace) -> int:
                 f"`localinfer serve` needs {module}: pip install 'localinfer[server]'")
     from localinfer.catalog import Catalog
     from localinfer.server.config import ServerConfig, is_loopback
+    from localinfer.server.keep_alive import parse_keep_alive
+    from localinfer.server.memory_plan import parse_memory
     from localinfer.server.runner import build_server
 
     if not is_loopback(args.host) and not args.api_key and not args.insecure:
@@ -56,8 +71,13 @@ def main(name: str, args: argparse.Namespace) -> int:
     for flag, value in (("--port", args.port), ("--max-queue", args.max_queue)):
         if value is not None and value < 0:
             raise InvalidRequestError(f"invalid {flag}: must be >= 0, got {value}")
+    max_memory = parse_memory(args.max_memory) if args.max_memory else None
+    if args.keep_alive is not None:
+        parse_keep_alive(args.keep_alive)  # a typo fails here, not at the first request
     config = ServerConfig(
-        model=args.model, served_model_name=args.served_model_name, host=args.host,
+        model=args.model[0] if args.model else None, models=list(args.model),
+        allow_pull=args.allow_pull, max_memory=max_memory, keep_alive=args.keep_alive,
+        served_model_name=args.served_model_name, host=args.host,
         port=args.port, api_key=args.api_key, allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin, max_body_bytes=int(args.max_body_mb * (1 << 20)),
         max_queue=args.max_queue, drain_timeout=args.drain_timeout, backend=args.backend,
@@ -66,7 +86,9 @@ def main(name: str, args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, warmup=not args.no_warmup,
         log_level=args.log_level, speculative=speculative_options(args))
-    path = Catalog.load().resolve(args.model, progress=True)  # fail fast, pull with a bar
+    catalog = Catalog.load()
+    # fail fast on a missing file; a named catalog model is pulled now, with a bar
+    paths = [catalog.resolve(m, progress=True) for m in args.model]
     _setup_logging(args.log_level)
     # the model loads beside uvicorn's log: a first compile shows as log lines, not a bar
     import logging
@@ -74,7 +96,7 @@ def main(name: str, args: argparse.Namespace) -> int:
     from localinfer import compile_progress
 
     compile_progress.report_to(compile_progress.LogReporter(logging.getLogger("localinfer.server")))
-    server = build_server(config, model_path=path)
+    server = build_server(config, model_path=paths[0] if paths else None, catalog=catalog)
     server.run()
     if server.failed:
         raise LocalInferError(f"the model failed to load: {server.state.load_error}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -16,44 +17,62 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localinfer.server import routes_generate, routes_infill, routes_info, routes_responses
-from localinfer.server.config import ServerConfig
-from localinfer.server.loading import start_loading
+from localinfer.catalog import Catalog
+from localinfer.server import (
+    routes_generate,
+    routes_infill,
+    routes_info,
+    routes_loaded,
+    routes_ollama_generate,
+    routes_ollama_models,
+    routes_responses,
+)
+from localinfer.server.config import ServerConfig, model_args
+from localinfer.server.keep_alive import DEFAULT_KEEP_ALIVE, FOREVER, parse_keep_alive
+from localinfer.server.loading import preload
+from localinfer.server.memory_plan import MemoryPlan, default_budget
 from localinfer.server.metrics import MetricsMiddleware, ServerMetrics
+from localinfer.server.model_pool import ModelPool
 from localinfer.server.protocol import APIError
 from localinfer.server.security import GuardMiddleware
+from localinfer.server.served_models import ServedModels
 from localinfer.server.state import ServerState
 
 log = logging.getLogger("localinfer.server")
 
 
-def model_id_for(config: ServerConfig) -> str:
-    if config.served_model_name:
-        return config.served_model_name
-    if config.model is None:
-        from localinfer.catalog import Catalog
-
-        return Catalog.load().default
-    if config.model.endswith(".gguf") or "/" in config.model:
-        return Path(config.model).stem
-    return config.model
+def build_state(config: ServerConfig, *, model_path: Path | None = None,
+                catalog: Catalog | None = None) -> ServerState:
+    """The served models, their memory plan and pool. `model_path`: the first model's file,
+    already resolved (serve pulls a named catalog model before the socket opens)."""
+    names = model_args(config)
+    paths = {names[0]: model_path} if names and model_path is not None else {}
+    served = ServedModels(catalog or Catalog.load(), names, config.served_model_name,
+                          config.allow_pull, paths)
+    plan = MemoryPlan(config.max_memory or default_budget())
+    if config.keep_alive is not None:
+        keep_alive = parse_keep_alive(config.keep_alive)
+    else:  # one named model stays loaded, as a one-model server always kept it
+        keep_alive = FOREVER if len(names) == 1 else DEFAULT_KEEP_ALIVE
+    pool = ModelPool(config, served, plan, keep_alive)
+    return ServerState(config=config, served=served, pool=pool, metrics=ServerMetrics())
 
 
 def create_app(config: ServerConfig, *, model_path: Path | None = None,
-               on_load_error: Callable[[], None] | None = None) -> Starlette:
-    """The app; the model starts loading in the background when the app starts up."""
-    state = ServerState(config=config, model_id=model_id_for(config), metrics=ServerMetrics(),
-                        model_path=model_path)
+               on_load_error: Callable[[], None] | None = None,
+               catalog: Catalog | None = None) -> Starlette:
+    """The app; the default model starts loading in the background when the app starts up."""
+    state = build_state(config, model_path=model_path, catalog=catalog)
+    state.metrics.watch_engines(state.pool.engine_snapshots)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        start_loading(state, on_load_error)
+        state.pool.start()
+        preloading = asyncio.ensure_future(preload(state, on_load_error))
         yield
         state.draining = True
-        if state.loop is not None:
-            state.loop.shutdown(drain_timeout=0)  # connections are closed by now
-        if state.llm is not None:
-            state.llm.close()
+        preloading.cancel()
+        state.pool.close()  # connections are closed by now
 
     openai_routes = [
         ("/chat/completions", routes_generate.chat_completions, "POST"),
@@ -71,11 +90,14 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         Route("/metrics", routes_info.metrics, methods=["GET"]),
         Route("/tokenize", routes_info.tokenize, methods=["POST"]),
         Route("/detokenize", routes_info.detokenize, methods=["POST"]),
+        *routes_ollama_models.ROUTES,
+        *routes_ollama_generate.ROUTES,
+        *routes_loaded.ROUTES,
     ]
     middleware = [Middleware(MetricsMiddleware, metrics=state.metrics)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,
-                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                                      allow_headers=["Authorization", "Content-Type"]))
     middleware.append(Middleware(GuardMiddleware, config=config))
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,

@@ -13,6 +13,11 @@ DEFAULT_MAX_BODY_BYTES = 8 << 20
 @dataclass(slots=True)
 class ServerConfig:
     model: str | None = None  # catalog name or .gguf path; None: the catalog default
+    # several models (serve --model, repeatable): `model` is then the first, the default
+    models: list[str] = field(default_factory=list)
+    allow_pull: bool = False  # pull a catalog model a request names if it is not pulled
+    max_memory: int | None = None  # bytes the models may hold (None: memory_plan's default)
+    keep_alive: Any = None  # idle models unload after this (keep_alive.py); None: the default
     served_model_name: str | None = None  # the id clients send as `model`
     host: str = "127.0.0.1"
     port: int = 8000
@@ -34,6 +39,13 @@ class ServerConfig:
     speculative: dict[str, Any] = field(default_factory=dict)
     warmup: bool = True  # compile/run the kernels once before reporting ready
     log_level: str = "info"
+
+
+def model_args(config: ServerConfig) -> list[str]:
+    """The models --model named, in order (empty: every pulled catalog model)."""
+    if config.models:
+        return list(config.models)
+    return [config.model] if config.model else []
 
 
 def is_loopback(host: str) -> bool:

@@ -22,7 +22,7 @@ class Formatter:
         self.want_logprobs = logprobs
         self.model = model
         self.chat = chat
-        self.tokenizer = job.state.llm.tokenizer
+        self.tokenizer = job.lease.llm.tokenizer
         self.object = "chat.completion" if chat else "text_completion"
         # offered tools: each choice's text is split into content and tool calls
         self.parsers = {c.index: ToolCallParser() for c in job.choices} if tools else {}

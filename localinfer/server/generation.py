@@ -2,7 +2,8 @@
 
 A request with several prompts and `n` choices becomes len(prompts) * n engine requests (the
 prefix cache shares their prompt blocks). Whatever way the request ends — done, client gone,
-error — every sequence is aborted in `Job.close`, so no KV block outlives its request.
+error — every sequence is aborted in `Job.close`, so no KV block outlives its request, and the
+job's lease on its model is released (the model may then expire or be evicted).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from localinfer.engine.engine_loop import (
 )
 from localinfer.engine.outputs import RequestOutput, TokenLogprob
 from localinfer.errors import InvalidRequestError
+from localinfer.server.model_slot import Lease
 from localinfer.server.protocol import APIError, GenerationFields, invalid, unavailable
 from localinfer.server.state import ServerState
 
@@ -76,6 +78,7 @@ class ChoiceState:
 @dataclass
 class Job:
     state: ServerState
+    lease: Lease  # the job's model; released in close
     request_id: str
     prompts: list[list[int]]
     handles: list[RequestHandle]
@@ -85,12 +88,15 @@ class Job:
     _closed: bool = False
 
     @classmethod
-    def submit(cls, state: ServerState, prefix: str, prompts: list[list[int]],
+    def submit(cls, state: ServerState, lease: Lease, prefix: str, prompts: list[list[int]],
                fields: GenerationFields) -> Job:
-        loop = state.require_ready()
+        """Submit every sequence; the job takes the lease over (close releases it)."""
+        if state.draining:
+            lease.release()
+            raise unavailable("the server is shutting down")
+        loop = lease.loop
         request_id = f"{prefix}-{uuid.uuid4().hex}"
-        job = cls(state, request_id, prompts, [], [], time.perf_counter())
-        state.begin()
+        job = cls(state, lease, request_id, prompts, [], [], time.perf_counter())
         try:
             for p, ids in enumerate(prompts):
                 for j in range(fields.n):
@@ -121,7 +127,7 @@ class Job:
         self._closed = True
         for handle in self.handles:
             handle.abort()
-        self.state.end()
+        self.lease.release()
         now = time.perf_counter()
         for c in self.choices:
             if c.finish_reason in ("stop", "length"):

@@ -3,7 +3,8 @@
 Per-request figures (TTFT, time per output token, end-to-end latency, HTTP status counts) are
 observed by the routes; engine figures (queue, running, KV blocks, prefix-cache hit rate, token
 totals, speculative decoding's guessed and accepted tokens and verifications) are read from
-the engine loop's latest stats snapshot at scrape time.
+each loaded model's engine loop's latest stats snapshot at scrape time, labelled with the
+model's id (`model="..."`); a model's counters start again from 0 when it is reloaded.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ class ServerMetrics:
                              "Request arrival to last token", buckets=_LATENCY_BUCKETS,
                              registry=self.registry)
 
-    def watch_engine(self, source: Callable[[], Any]) -> None:
-        """`source()` returns (EngineStats, queued-not-admitted count, http in flight) or None
-        while the model is loading."""
+    def watch_engines(self, source: Callable[[], list[tuple[str, Any, int, int]]]) -> None:
+        """`source()` lists (model id, EngineStats, queued-not-admitted count, http requests
+        in flight) for each loaded model; every engine figure carries a `model` label."""
         self.registry.register(_EngineCollector(source))
 
     def observe(self, arrival: float, first: float | None, last: float, n_tokens: int) -> None:
@@ -59,52 +60,64 @@ class _EngineCollector(Collector):
         return []  # collected lazily; names are not known before the model loads
 
     def collect(self) -> Iterator[Metric]:
-        snapshot = self.source()
-        if snapshot is None:
+        snapshots = self.source()
+        if not snapshots:
             return
-        stats, queued, in_flight = snapshot
-        gauges = {
-            "localinfer_num_requests_waiting": ("Requests queued for the engine",
-                                                stats.num_waiting + queued),
-            "localinfer_num_requests_running": ("Sequences the engine is running",
-                                                stats.num_running),
-            "localinfer_http_requests_in_flight": ("Generation requests being served",
-                                                   in_flight),
-            "localinfer_kv_blocks_used": ("KV cache blocks in use", stats.kv_blocks_used),
-            "localinfer_kv_blocks_total": ("KV cache blocks in the pool", stats.kv_blocks_total),
-            "localinfer_kv_cache_usage_ratio": ("Fraction of KV blocks in use", stats.kv_usage),
-            "localinfer_prefix_cache_hit_rate": ("Prompt tokens served from the prefix cache "
-                                                 "/ prompt tokens looked up",
-                                                 stats.prefix_cache_hit_rate),
-            "localinfer_spec_decode_acceptance_rate": ("Speculative tokens accepted / guessed",
-                                                       stats.spec_acceptance_rate),
-        }
-        for name, (doc, value) in gauges.items():
-            yield GaugeMetricFamily(name, doc, value=float(value))
-        counters = {
-            "localinfer_prompt_tokens": ("Prompt tokens of all requests",
-                                         stats.prompt_tokens_total),
-            "localinfer_generation_tokens": ("Tokens generated", stats.generation_tokens_total),
-            "localinfer_preemptions": ("Sequences preempted for lack of KV blocks",
-                                       stats.num_preemptions),
-            "localinfer_prefix_cache_hit_tokens": ("Prompt tokens served from the prefix cache",
-                                                   stats.prefix_cache_hit_tokens),
-            "localinfer_prefix_cache_queried_tokens": ("Prompt tokens looked up in the prefix "
-                                                       "cache", stats.prefix_cache_queried_tokens),
-            "localinfer_spec_decode_num_draft_tokens": ("Speculative tokens guessed and verified",
-                                                        stats.spec_proposed_tokens),
-            "localinfer_spec_decode_num_accepted_tokens": ("Speculative tokens accepted",
-                                                           stats.spec_accepted_tokens),
-            "localinfer_spec_decode_num_verifications": ("Verifications of speculative tokens",
-                                                         stats.spec_verifications),
-        }
-        for name, (doc, value) in counters.items():
-            yield CounterMetricFamily(name, doc, value=float(value))
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for model, stats, queued, in_flight in snapshots:
+            for kind, name, doc, value in _figures(stats, queued, in_flight):
+                if name not in families:
+                    families[name] = kind(name, doc, labels=["model"])
+                families[name].add_metric([model], float(value))
+        yield from families.values()
+
+
+def _figures(stats: Any, queued: int, in_flight: int) -> Iterator[tuple[Any, str, str, float]]:
+    """Each engine figure: (family class, name, help, value)."""
+    gauges = {
+        "localinfer_num_requests_waiting": ("Requests queued for the engine",
+                                            stats.num_waiting + queued),
+        "localinfer_num_requests_running": ("Sequences the engine is running",
+                                            stats.num_running),
+        "localinfer_http_requests_in_flight": ("Generation requests being served",
+                                               in_flight),
+        "localinfer_kv_blocks_used": ("KV cache blocks in use", stats.kv_blocks_used),
+        "localinfer_kv_blocks_total": ("KV cache blocks in the pool", stats.kv_blocks_total),
+        "localinfer_kv_cache_usage_ratio": ("Fraction of KV blocks in use", stats.kv_usage),
+        "localinfer_prefix_cache_hit_rate": ("Prompt tokens served from the prefix cache "
+                                             "/ prompt tokens looked up",
+                                             stats.prefix_cache_hit_rate),
+        "localinfer_spec_decode_acceptance_rate": ("Speculative tokens accepted / guessed",
+                                                   stats.spec_acceptance_rate),
+    }
+    for name, (doc, value) in gauges.items():
+        yield GaugeMetricFamily, name, doc, value
+    counters = {
+        "localinfer_prompt_tokens": ("Prompt tokens of all requests",
+                                     stats.prompt_tokens_total),
+        "localinfer_generation_tokens": ("Tokens generated", stats.generation_tokens_total),
+        "localinfer_preemptions": ("Sequences preempted for lack of KV blocks",
+                                   stats.num_preemptions),
+        "localinfer_prefix_cache_hit_tokens": ("Prompt tokens served from the prefix cache",
+                                               stats.prefix_cache_hit_tokens),
+        "localinfer_prefix_cache_queried_tokens": ("Prompt tokens looked up in the prefix "
+                                                   "cache", stats.prefix_cache_queried_tokens),
+        "localinfer_spec_decode_num_draft_tokens": ("Speculative tokens guessed and verified",
+                                                    stats.spec_proposed_tokens),
+        "localinfer_spec_decode_num_accepted_tokens": ("Speculative tokens accepted",
+                                                       stats.spec_accepted_tokens),
+        "localinfer_spec_decode_num_verifications": ("Verifications of speculative tokens",
+                                                     stats.spec_verifications),
+    }
+    for name, (doc, value) in counters.items():
+        yield CounterMetricFamily, name, doc, value
 
 
 _OPENAI = ("/chat/completions", "/completions", "/models", "/responses")
 _ROUTES = frozenset({*(f"/v1{p}" for p in _OPENAI), *_OPENAI, "/infill", "/health",
-                     "/metrics", "/tokenize", "/detokenize"})
+                     "/metrics", "/tokenize", "/detokenize", "/api/version", "/api/tags",
+                     "/api/show", "/api/ps", "/api/pull", "/api/delete", "/api/unload",
+                     "/api/chat", "/api/generate"})
 
 
 class MetricsMiddleware:

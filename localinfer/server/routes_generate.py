@@ -13,6 +13,7 @@ from localinfer.server.echo import EchoedPrompt, prompt_texts
 from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
 from localinfer.server.generation import Job
+from localinfer.server.model_slot import Lease
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
 from localinfer.server.protocol import GenerationFields, invalid, parse_generation
 from localinfer.server.security import read_json
@@ -23,42 +24,43 @@ from localinfer.server.streaming import sse_response, whole_answer
 async def chat_completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    fields = parse_generation(body, chat=True, max_model_len=state.max_model_len,
-                              n_vocab=state.llm.tokenizer.n_vocab)
-    state.check_model(fields.model)
-    fields.constraints.bind_tools(state.llm.tokenizer)
-    fields.params.structured = fields.constraints.structured
-    ids = await asyncio.to_thread(chat_prompt, state.llm, body.get("messages"),
-                                  fields.constraints.tools)
-    check_context(len(ids), state.max_model_len, "messages")
-    await compile_constraint_of(state.llm, fields)
-    return await _generate(request, state, [ids], fields, chat=True)
+    lease = await state.acquire(body.get("model"), body.get("keep_alive"))
+    with lease.released_on_error():  # until the job takes the lease over
+        fields = parse_generation(body, chat=True, max_model_len=lease.max_model_len,
+                                  n_vocab=lease.llm.tokenizer.n_vocab)
+        fields.constraints.bind_tools(lease.llm.tokenizer)
+        fields.params.structured = fields.constraints.structured
+        ids = await asyncio.to_thread(chat_prompt, lease.llm, body.get("messages"),
+                                      fields.constraints.tools)
+        check_context(len(ids), lease.max_model_len, "messages")
+        await compile_constraint_of(lease.llm, fields)
+        return await _generate(request, state, lease, [ids], fields, chat=True)
 
 
 async def completions(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    llm = state.llm  # the one place the model is fetched
-    fields = parse_generation(body, chat=False, max_model_len=state.max_model_len,
-                              n_vocab=llm.tokenizer.n_vocab)
-    state.check_model(fields.model)
-    suffix = body.get("suffix")
-    if suffix is not None:
-        prompts = _fim_prompts(llm, fields, body.get("prompt"), suffix,
-                               fields.model or state.model_id)
-    else:
-        prompts = await asyncio.to_thread(completion_prompts, llm, body.get("prompt"))
-    for ids in prompts:
-        check_context(len(ids), state.max_model_len, "prompt")
-    echoes = None
-    if fields.echo:
-        texts = prompt_texts(llm, body.get("prompt"), prompts)
-        echoes = [EchoedPrompt(t, ids, llm.tokenizer) for t, ids in zip(texts, prompts,
-                                                                          strict=True)]
-    await compile_constraint_of(llm, fields)
-    return await _generate(request, state, prompts, fields, chat=False, echoes=echoes)
+    lease = await state.acquire(body.get("model"), body.get("keep_alive"))
+    with lease.released_on_error():
+        llm = lease.llm
+        fields = parse_generation(body, chat=False, max_model_len=lease.max_model_len,
+                                  n_vocab=llm.tokenizer.n_vocab)
+        suffix = body.get("suffix")
+        if suffix is not None:
+            prompts = _fim_prompts(llm, fields, body.get("prompt"), suffix,
+                                   fields.model or lease.model_id)
+        else:
+            prompts = await asyncio.to_thread(completion_prompts, llm, body.get("prompt"))
+        for ids in prompts:
+            check_context(len(ids), lease.max_model_len, "prompt")
+        echoes = None
+        if fields.echo:
+            texts = prompt_texts(llm, body.get("prompt"), prompts)
+            echoes = [EchoedPrompt(t, ids, llm.tokenizer)
+                      for t, ids in zip(texts, prompts, strict=True)]
+        await compile_constraint_of(llm, fields)
+        return await _generate(request, state, lease, prompts, fields, chat=False,
+                               echoes=echoes)
 
 
 def _fim_prompts(llm: Any, fields: GenerationFields, prompt: Any, suffix: Any,
@@ -86,11 +88,11 @@ async def compile_constraint_of(llm: Any, fields: GenerationFields) -> None:
                                 fields.constraints.param)
 
 
-async def _generate(request: Request, state: ServerState, prompts: list[list[int]],
-                    fields: GenerationFields, *, chat: bool,
+async def _generate(request: Request, state: ServerState, lease: Lease,
+                    prompts: list[list[int]], fields: GenerationFields, *, chat: bool,
                     echoes: list[EchoedPrompt] | None = None) -> Response:
-    job = Job.submit(state, "chatcmpl" if chat else "cmpl", prompts, fields)
-    fmt = Formatter(job, fields.model or state.model_id, chat, fields.logprobs is not None,
+    job = Job.submit(state, lease, "chatcmpl" if chat else "cmpl", prompts, fields)
+    fmt = Formatter(job, fields.model or lease.model_id, chat, fields.logprobs is not None,
                     tools=fields.constraints.tools, echoes=echoes)
     if fields.stream:
         return sse_response(job, fmt, fields.include_usage)

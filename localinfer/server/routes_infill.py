@@ -34,23 +34,24 @@ _RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
 async def infill(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    llm = state.llm  # the one place the model is fetched
-    texts = {}
-    for name in ("input_prefix", "input_suffix", "prompt"):
-        value = body.get(name, "")
-        if not isinstance(value, str):
-            raise invalid(name, f"'{name}' must be a string")
-        texts[name] = value
-    fields = parse_generation(_as_completion(body, state.max_model_len), chat=False,
-                              max_model_len=state.max_model_len, n_vocab=llm.tokenizer.n_vocab)
-    state.check_model(fields.model)
-    model = fields.model or state.model_id
-    fim = require_fim(llm, model, "input_suffix")
-    ids = fim_prompt(llm, fim, texts["input_prefix"], texts["input_suffix"],
-                     middle=texts["prompt"], extra=parse_extra(body.get("input_extra")))
-    check_context(len(ids), state.max_model_len, "input_prefix")
-    job = Job.submit(state, "infill", [ids], fields)
+    lease = await state.acquire(body.get("model"), body.get("keep_alive"))
+    with lease.released_on_error():  # until the job takes the lease over
+        llm = lease.llm
+        texts = {}
+        for name in ("input_prefix", "input_suffix", "prompt"):
+            value = body.get(name, "")
+            if not isinstance(value, str):
+                raise invalid(name, f"'{name}' must be a string")
+            texts[name] = value
+        fields = parse_generation(_as_completion(body, lease.max_model_len), chat=False,
+                                  max_model_len=lease.max_model_len,
+                                  n_vocab=llm.tokenizer.n_vocab)
+        model = fields.model or lease.model_id
+        fim = require_fim(llm, model, "input_suffix")
+        ids = fim_prompt(llm, fim, texts["input_prefix"], texts["input_suffix"],
+                         middle=texts["prompt"], extra=parse_extra(body.get("input_extra")))
+        check_context(len(ids), lease.max_model_len, "input_prefix")
+        job = Job.submit(state, lease, "infill", [ids], fields)
     if fields.stream:
         return event_stream(job, _events(job, model))
     return await whole_answer(request, job,

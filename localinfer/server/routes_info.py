@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localinfer.server.metrics import CONTENT_TYPE
+from localinfer.server.model_slot import SlotState
 from localinfer.server.prompts import chat_prompt, check_token_ids
 from localinfer.server.protocol import get_bool, invalid
 from localinfer.server.security import read_json
@@ -17,6 +20,7 @@ def _state(request: Request) -> ServerState:
 
 
 async def health(request: Request) -> Response:
+    """Ready once the default model's preload is over; other models load on demand."""
     state = _state(request)
     if state.load_error is not None:
         return JSONResponse({"status": "error", "error": state.load_error}, status_code=503)
@@ -33,34 +37,41 @@ async def metrics(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
+    """Every model the server can serve; loaded ones say so, with their memory share."""
     state = _state(request)
-    card: dict[str, object] = {"id": state.model_id, "object": "model",
-                               "created": state.created, "owned_by": "localinfer"}
-    if state.llm is not None:
-        card["max_model_len"] = state.max_model_len
-    return JSONResponse({"object": "list", "data": [card]})
+    served = await asyncio.to_thread(state.served.all)  # looks at the model cache
+    cards = []
+    for model in served:
+        card: dict[str, object] = {"id": model.id, "object": "model",
+                                   "created": state.created, "owned_by": "localinfer",
+                                   "loaded": False}
+        slot = state.pool.slots.get(model.id)
+        if slot is not None and slot.state is SlotState.READY:
+            card.update(loaded=True, max_model_len=slot.max_model_len,
+                        memory_bytes=state.pool.plan.held(slot))
+        cards.append(card)
+    return JSONResponse({"object": "list", "data": cards})
 
 
 async def tokenize(request: Request) -> Response:
     state = _state(request)
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    model = body.get("model")
-    state.check_model(model if isinstance(model, str) else None)
-    add_special = get_bool(body, "add_special_tokens", True)
-    if "messages" in body:
-        ids = chat_prompt(state.llm, body["messages"])
-    elif isinstance(body.get("prompt"), str):
-        ids = state.llm.tokenizer.encode(body["prompt"], add_special=add_special,
-                                         parse_special=False)
-    else:
-        raise invalid("prompt", "send 'prompt' (a string) or 'messages'")
-    return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len})
+    with await state.acquire(body.get("model")) as lease:
+        add_special = get_bool(body, "add_special_tokens", True)
+        if "messages" in body:
+            ids = chat_prompt(lease.llm, body["messages"])
+        elif isinstance(body.get("prompt"), str):
+            ids = lease.llm.tokenizer.encode(body["prompt"], add_special=add_special,
+                                             parse_special=False)
+        else:
+            raise invalid("prompt", "send 'prompt' (a string) or 'messages'")
+        return JSONResponse({"tokens": ids, "count": len(ids),
+                             "max_model_len": lease.max_model_len})
 
 
 async def detokenize(request: Request) -> Response:
     state = _state(request)
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    ids = check_token_ids(state.llm, body.get("tokens"), "tokens")
-    return JSONResponse({"prompt": state.llm.tokenizer.decode(ids)})
+    with await state.acquire(body.get("model")) as lease:
+        ids = check_token_ids(lease.llm, body.get("tokens"), "tokens")
+        return JSONResponse({"prompt": lease.llm.tokenizer.decode(ids)})

@@ -35,20 +35,21 @@ _ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p", "tools",
 async def responses(request: Request) -> Response:
     state: ServerState = request.app.state.server
     body = await read_json(request, state.config.max_body_bytes)
-    state.require_ready()
-    llm = state.llm  # the one place the model is fetched
-    chat = chat_request(body, state.max_model_len)
-    fields = parse_generation(chat, chat=True, max_model_len=state.max_model_len,
-                              n_vocab=llm.tokenizer.n_vocab)
-    state.check_model(fields.model)
-    fields.constraints.bind_tools(llm.tokenizer)
-    fields.params.structured = fields.constraints.structured
-    ids = await asyncio.to_thread(chat_prompt, llm, chat["messages"], fields.constraints.tools)
-    check_context(len(ids), state.max_model_len, "input")
-    await compile_constraint_of(llm, fields)
-    job = Job.submit(state, "resp", [ids], fields)
+    lease = await state.acquire(body.get("model"), body.get("keep_alive"))
+    with lease.released_on_error():  # until the job takes the lease over
+        llm = lease.llm
+        chat = chat_request(body, lease.max_model_len)
+        fields = parse_generation(chat, chat=True, max_model_len=lease.max_model_len,
+                                  n_vocab=llm.tokenizer.n_vocab)
+        fields.constraints.bind_tools(llm.tokenizer)
+        fields.params.structured = fields.constraints.structured
+        ids = await asyncio.to_thread(chat_prompt, llm, chat["messages"],
+                                      fields.constraints.tools)
+        check_context(len(ids), lease.max_model_len, "input")
+        await compile_constraint_of(llm, fields)
+        job = Job.submit(state, lease, "resp", [ids], fields)
     echo = {k: body[k] for k in _ECHOED if body.get(k) is not None}
-    builder = ResponseBuilder(job, fields.model or state.model_id, echo,
+    builder = ResponseBuilder(job, fields.model or lease.model_id, echo,
                               tools=fields.constraints.tools is not None)
     if fields.stream:
         return event_stream(job, _events(job, builder))

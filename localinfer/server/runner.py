@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from localinfer.catalog import Catalog
 from localinfer.server.app import create_app
 from localinfer.server.config import ServerConfig
 from localinfer.server.state import ServerState
@@ -48,9 +49,9 @@ class DrainingServer(uvicorn.Server):
         deadline = time.monotonic() + self.drain_timeout
         while self.state.in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self.state.in_flight and self.state.loop is not None:
+        if self.state.in_flight:
             log.warning("drain timeout: aborting %d request(s)", self.state.in_flight)
-            self.state.loop.shutdown(drain_timeout=0)
+            self.state.pool.abort_all()
         self.should_exit = True
 
     def fail(self) -> None:
@@ -59,9 +60,10 @@ class DrainingServer(uvicorn.Server):
 
 
 def build_server(config: ServerConfig, model_path: Path | None = None,
-                 **uvicorn_kwargs: Any) -> DrainingServer:
+                 catalog: Catalog | None = None, **uvicorn_kwargs: Any) -> DrainingServer:
     holder: list[DrainingServer] = []
-    app = create_app(config, model_path=model_path, on_load_error=lambda: holder[0].fail())
+    app = create_app(config, model_path=model_path, on_load_error=lambda: holder[0].fail(),
+                     catalog=catalog)
     uv_config = uvicorn.Config(app, host=config.host, port=config.port,
                                log_level=config.log_level, timeout_graceful_shutdown=5,
                                **uvicorn_kwargs)

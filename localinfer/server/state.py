@@ -1,18 +1,24 @@
-"""ServerState: the model, the engine loop and the server's lifecycle flags, shared by routes."""
+"""ServerState: the model pool and the server's lifecycle flags, shared by routes.
+
+Routes get a model with `lease = await state.acquire(request_model, keep_alive=...)` (see
+model_pool.py and model_slot.Lease). `llm`, `loop`, `model_id` and `max_model_len` here name
+the default model (the one a request without `model` gets), as a one-model server always had.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from localinfer.errors import InvalidRequestError
 from localinfer.server.config import ServerConfig
+from localinfer.server.keep_alive import parse_keep_alive
 from localinfer.server.metrics import ServerMetrics
-from localinfer.server.protocol import APIError, unavailable
+from localinfer.server.model_pool import ModelPool
+from localinfer.server.model_slot import Lease, ModelSlot
+from localinfer.server.protocol import invalid, unavailable
+from localinfer.server.served_models import ServedModels
 
 if TYPE_CHECKING:
     from localinfer.engine.engine_loop import EngineLoop
@@ -21,71 +27,67 @@ if TYPE_CHECKING:
 @dataclass
 class ServerState:
     config: ServerConfig
-    model_id: str
+    served: ServedModels
+    pool: ModelPool
     metrics: ServerMetrics
-    llm: Any = None  # localinfer.llm.LLM once loaded
-    loop: EngineLoop | None = None
-    model_path: Path | None = None
-    load_error: str | None = None
+    load_error: str | None = None  # the default model's preload failed
+    preloaded: bool = False  # the default model's preload is over (or there is none)
     draining: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
-    _in_flight: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def acquire(self, model: Any, keep_alive: Any = None) -> Lease:
+        """A lease on the model a request names (None: the default), loaded if need be.
+        `keep_alive` is the request's raw field (None: not sent). 400 for a bad field, 404
+        for an unknown model, 503 while draining or when the memory plan has no room, the
+        load's error if it failed."""
+        if model is not None and not isinstance(model, str):
+            raise invalid("model", "'model' must be a string")
+        ka: float | None | str = "default"
+        if keep_alive is not None:
+            try:
+                ka = parse_keep_alive(keep_alive)
+            except InvalidRequestError as exc:
+                raise invalid("keep_alive", str(exc)) from exc
+        if self.draining:
+            raise unavailable("the server is shutting down")
+        return await self.pool.acquire(model, ka)
 
     @property
     def ready(self) -> bool:
-        return self.loop is not None and self.load_error is None
+        return self.preloaded and self.load_error is None
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return self.pool.in_flight
+
+    @property
+    def model_id(self) -> str:
+        default = self.served.default
+        return default.id if default is not None else ""
+
+    @property
+    def default_slot(self) -> ModelSlot | None:
+        default = self.served.default
+        return self.pool.slots.get(default.id) if default is not None else None
+
+    @property
+    def llm(self) -> Any:
+        slot = self.default_slot
+        return slot.llm if slot is not None else None
+
+    @property
+    def loop(self) -> EngineLoop | None:
+        slot = self.default_slot
+        return slot.loop if slot is not None else None
 
     @property
     def max_model_len(self) -> int:
-        assert self.llm is not None
-        return int(self.llm.engine.max_model_len)
+        slot = self.default_slot
+        assert slot is not None and slot.llm is not None
+        return slot.max_model_len
 
     @property
     def system_fingerprint(self) -> str:
         from localinfer import __version__
 
         return f"localinfer-{__version__}-{self.config.backend}"
-
-    def model_names(self) -> set[str]:
-        names = {self.model_id}
-        if self.model_path is not None:
-            names |= {self.model_path.name, self.model_path.stem, str(self.model_path)}
-        if self.config.model:
-            names.add(self.config.model)
-        return names
-
-    def check_model(self, model: str | None) -> None:
-        if model is not None and model not in self.model_names():
-            raise APIError(404, f"The model '{model}' does not exist; this server serves "
-                           f"'{self.model_id}'", param="model", code="model_not_found")
-
-    def require_ready(self) -> EngineLoop:
-        if self.draining:
-            raise unavailable("the server is shutting down")
-        if self.load_error is not None:
-            raise APIError(503, f"the model failed to load: {self.load_error}")
-        if self.loop is None:
-            raise unavailable("the model is still loading", retry_after=2)
-        return self.loop
-
-    def begin(self) -> None:
-        """Count a generation request as in flight (SIGTERM waits for these)."""
-        with self._lock:
-            self._in_flight += 1
-
-    def end(self) -> None:
-        with self._lock:
-            self._in_flight -= 1
-
-    @contextlib.contextmanager
-    def track(self) -> Iterator[None]:
-        self.begin()
-        try:
-            yield
-        finally:
-            self.end()
