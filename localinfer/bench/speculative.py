@@ -90,7 +90,7 @@ class SpecBench:
         k = self.num_speculative_tokens
         lines = [f"localinfer bench --speculative {self.speculative}: {Path(self.model).name}, "
                  f"{self.backend} backend, K {k or 'default'}, greedy, up to {self.tokens} "
-                 "tokens (one run: compare the ratios)",
+                 f"tokens, best of {self.rounds} alternating rounds",
                  f"  {'workload':<22} {'plain tok/s':>11} {'spec tok/s':>11} {'speed-up':>9}"
                  f" {'accepted':>9} {'per verif.':>10}"]
         for r in self.rows:
