@@ -17,7 +17,7 @@ from gguf_factory import write_tiny_llama  # noqa: E402
 from server_harness import ServerThread  # noqa: E402
 
 from localinfer.server.config import ServerConfig  # noqa: E402
-from localinfer.server.memory_plan import MB, estimate  # noqa: E402
+from localinfer.server.models.memory_plan import MB, estimate  # noqa: E402
 
 CTX = 256
 PROMPT = "The capital of France is"
@@ -187,8 +187,8 @@ def test_a_model_larger_than_the_budget_gets_503_with_the_numbers(smollm2_path,
 
 def test_keep_alive_and_memory_sizes_parse_as_documented() -> None:
     from localinfer.errors import InvalidRequestError
-    from localinfer.server.keep_alive import parse_keep_alive
-    from localinfer.server.memory_plan import parse_memory
+    from localinfer.server.models.keep_alive import parse_keep_alive
+    from localinfer.server.models.memory_plan import parse_memory
 
     assert [parse_keep_alive(v) for v in (300, "5m", "30s", "1h30m", "0", 0, "2.5")] == [
         300.0, 300.0, 30.0, 5400.0, 0.0, 0.0, 2.5]

@@ -60,8 +60,8 @@ def main(name: str, args: argparse.Namespace) -> int:
                 f"`localinfer serve` needs {module}: pip install 'localinfer[server]'")
     from localinfer.catalog import Catalog
     from localinfer.server.config import ServerConfig, is_loopback
-    from localinfer.server.keep_alive import parse_keep_alive
-    from localinfer.server.memory_plan import parse_memory
+    from localinfer.server.models.keep_alive import parse_keep_alive
+    from localinfer.server.models.memory_plan import parse_memory
     from localinfer.server.runner import build_server
 
     if not is_loopback(args.host) and not args.api_key and not args.insecure:

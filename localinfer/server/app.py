@@ -18,24 +18,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localinfer.catalog import Catalog
-from localinfer.server import (
-    routes_generate,
-    routes_infill,
-    routes_info,
-    routes_loaded,
-    routes_ollama_generate,
-    routes_ollama_models,
-    routes_responses,
-)
+from localinfer.server import routes_generate, routes_infill, routes_info
 from localinfer.server.config import ServerConfig, model_args
-from localinfer.server.keep_alive import DEFAULT_KEEP_ALIVE, FOREVER, parse_keep_alive
 from localinfer.server.loading import preload
-from localinfer.server.memory_plan import MemoryPlan, default_budget
 from localinfer.server.metrics import MetricsMiddleware, ServerMetrics
-from localinfer.server.model_pool import ModelPool
+from localinfer.server.models import routes_loaded
+from localinfer.server.models.keep_alive import DEFAULT_KEEP_ALIVE, FOREVER, parse_keep_alive
+from localinfer.server.models.memory_plan import MemoryPlan, default_budget
+from localinfer.server.models.pool import ModelPool
+from localinfer.server.models.served import ServedModels
+from localinfer.server.ollama import routes_generate as ollama_generate
+from localinfer.server.ollama import routes_models as ollama_models
 from localinfer.server.protocol import APIError
+from localinfer.server.responses import routes as responses_routes
 from localinfer.server.security import GuardMiddleware
-from localinfer.server.served_models import ServedModels
 from localinfer.server.state import ServerState
 
 log = logging.getLogger("localinfer.server")
@@ -78,7 +74,7 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         ("/chat/completions", routes_generate.chat_completions, "POST"),
         ("/completions", routes_generate.completions, "POST"),
         ("/models", routes_info.models, "GET"),
-        ("/responses", routes_responses.responses, "POST"),
+        ("/responses", responses_routes.responses, "POST"),
     ]
     # each OpenAI route also without /v1, as llama-server answers them: for clients given
     # a bare base URL (http://host:port)
@@ -90,8 +86,8 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         Route("/metrics", routes_info.metrics, methods=["GET"]),
         Route("/tokenize", routes_info.tokenize, methods=["POST"]),
         Route("/detokenize", routes_info.detokenize, methods=["POST"]),
-        *routes_ollama_models.ROUTES,
-        *routes_ollama_generate.ROUTES,
+        *ollama_models.ROUTES,
+        *ollama_generate.ROUTES,
         *routes_loaded.ROUTES,
     ]
     middleware = [Middleware(MetricsMiddleware, metrics=state.metrics)]

@@ -16,8 +16,8 @@ class ServerConfig:
     # several models (serve --model, repeatable): `model` is then the first, the default
     models: list[str] = field(default_factory=list)
     allow_pull: bool = False  # pull a catalog model a request names if it is not pulled
-    max_memory: int | None = None  # bytes the models may hold (None: memory_plan's default)
-    keep_alive: Any = None  # idle models unload after this (keep_alive.py); None: the default
+    max_memory: int | None = None  # bytes the models may hold (None: models/memory_plan's default)
+    keep_alive: Any = None  # idle models unload after this (models/keep_alive.py); None: default
     served_model_name: str | None = None  # the id clients send as `model`
     host: str = "127.0.0.1"
     port: int = 8000

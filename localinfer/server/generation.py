@@ -24,7 +24,7 @@ from localinfer.engine.engine_loop import (
 )
 from localinfer.engine.outputs import RequestOutput, TokenLogprob
 from localinfer.errors import InvalidRequestError
-from localinfer.server.model_slot import Lease
+from localinfer.server.models.slot import Lease
 from localinfer.server.protocol import APIError, GenerationFields, invalid, unavailable
 from localinfer.server.state import ServerState
 

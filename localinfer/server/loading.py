@@ -1,5 +1,5 @@
 """The default model's preload at start, so the socket is up (and /health answers 503) while
-weights load and kernels compile; other models load on first use (model_pool.py)."""
+weights load and kernels compile; other models load on first use (models/pool.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from localinfer.server.echo import EchoedPrompt, prompt_texts
 from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
 from localinfer.server.generation import Job
-from localinfer.server.model_slot import Lease
+from localinfer.server.models.slot import Lease
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
 from localinfer.server.protocol import GenerationFields, invalid, parse_generation
 from localinfer.server.security import read_json

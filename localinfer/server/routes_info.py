@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from localinfer.server.metrics import CONTENT_TYPE
-from localinfer.server.model_slot import SlotState
+from localinfer.server.models.slot import SlotState
 from localinfer.server.prompts import chat_prompt, check_token_ids
 from localinfer.server.protocol import get_bool, invalid
 from localinfer.server.security import read_json

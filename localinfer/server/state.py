@@ -1,7 +1,7 @@
 """ServerState: the model pool and the server's lifecycle flags, shared by routes.
 
 Routes get a model with `lease = await state.acquire(request_model, keep_alive=...)` (see
-model_pool.py and model_slot.Lease). `llm`, `loop`, `model_id` and `max_model_len` here name
+models/pool.py and models/slot.Lease). `llm`, `loop`, `model_id` and `max_model_len` here name
 the default model (the one a request without `model` gets), as a one-model server always had.
 """
 
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.errors import InvalidRequestError
 from localinfer.server.config import ServerConfig
-from localinfer.server.keep_alive import parse_keep_alive
 from localinfer.server.metrics import ServerMetrics
-from localinfer.server.model_pool import ModelPool
-from localinfer.server.model_slot import Lease, ModelSlot
+from localinfer.server.models.keep_alive import parse_keep_alive
+from localinfer.server.models.pool import ModelPool
+from localinfer.server.models.served import ServedModels
+from localinfer.server.models.slot import Lease, ModelSlot
 from localinfer.server.protocol import invalid, unavailable
-from localinfer.server.served_models import ServedModels
 
 if TYPE_CHECKING:
     from localinfer.engine.engine_loop import EngineLoop

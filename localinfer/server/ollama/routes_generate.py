@@ -1,9 +1,9 @@
 """POST /api/chat and POST /api/generate: Ollama's generation routes on the one engine path.
 
-The request is mapped onto the fields the OpenAI routes use (ollama_options.py: `options`,
-`format`, `tools`; ollama_prompts.py: `messages`, `prompt`, `system`, `suffix`, `raw`), takes
+The request is mapped onto the fields the OpenAI routes use (options.py: `options`,
+`format`, `tools`; prompts.py: `messages`, `prompt`, `system`, `suffix`, `raw`), takes
 its model through `state.acquire` (with `keep_alive`), runs as a generation Job and answers as
-Ollama does (ollama_answers.py): NDJSON lines by default, one object with `"stream": false`.
+Ollama does (answers.py): NDJSON lines by default, one object with `"stream": false`.
 Errors are `{"error": "..."}` with a 4xx status, before any line is sent.
 
 As in Ollama, a request without a prompt (generate) or without messages (chat) only loads the
@@ -21,11 +21,11 @@ from starlette.routing import Route
 
 from localinfer.errors import InvalidRequestError
 from localinfer.server.generation import Job
-from localinfer.server.keep_alive import parse_keep_alive
-from localinfer.server.ollama_answers import OllamaReply, created_at
-from localinfer.server.ollama_options import generation_fields
-from localinfer.server.ollama_prompts import chat_ids, generate_ids
-from localinfer.server.ollama_shapes import model_field, ollama_errors, read_body
+from localinfer.server.models.keep_alive import parse_keep_alive
+from localinfer.server.ollama.answers import OllamaReply, created_at
+from localinfer.server.ollama.options import generation_fields
+from localinfer.server.ollama.prompts import chat_ids, generate_ids
+from localinfer.server.ollama.shapes import model_field, ollama_errors, read_body
 from localinfer.server.prompts import check_context
 from localinfer.server.protocol import get_bool, invalid
 from localinfer.server.routes_generate import compile_constraint_of

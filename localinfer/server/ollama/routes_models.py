@@ -22,7 +22,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from localinfer import __version__
-from localinfer.server.ollama_shapes import (
+from localinfer.server.models.served import catalog_name
+from localinfer.server.ollama.shapes import (
     OLLAMA_API_VERSION,
     card,
     list_entry,
@@ -31,7 +32,6 @@ from localinfer.server.ollama_shapes import (
     read_body,
 )
 from localinfer.server.protocol import APIError, get_bool
-from localinfer.server.served_models import catalog_name
 from localinfer.server.state import ServerState
 
 NDJSON = "application/x-ndjson"

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from localinfer.server.model_slot import ModelSlot, SlotState
-from localinfer.server.ollama_shapes import card, model_field, ollama_errors, read_body, tagged
+from localinfer.server.models.slot import ModelSlot, SlotState
+from localinfer.server.ollama.shapes import card, model_field, ollama_errors, read_body, tagged
 from localinfer.server.state import ServerState
 
 # what Ollama reports for a model that never expires

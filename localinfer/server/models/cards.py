@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localinfer.server.served_models import ServedModel
+from localinfer.server.models.served import ServedModel
 
 FIM_TOKENS = ({"<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>", "<PRE>", "<|prefix|>"},
               {"<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>", "<SUF>", "<|suffix|>"})

@@ -2,7 +2,7 @@
 names, a model's list entry (/api/tags, /api/ps), and reading a request body.
 
 Ollama names carry a tag (`smollm2-135m:latest`); requests may send either form (see
-served_models.py), answers use the tagged one as Ollama does.
+models/served.py), answers use the tagged one as Ollama does.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from localinfer.server.model_cards import ModelCard, card_for
+from localinfer.server.models.cards import ModelCard, card_for
+from localinfer.server.models.served import ServedModel
 from localinfer.server.protocol import APIError
 from localinfer.server.security import read_json
-from localinfer.server.served_models import ServedModel
 from localinfer.server.state import ServerState
 
 # the Ollama release whose API these routes follow (clients such as VS Code's Ollama provider

@@ -7,7 +7,7 @@ Policy:
 - The budget is --max-memory, else DEFAULT_SHARE of the machine's RAM: the rest is left to
   the OS, the activations of a step and whatever else the user runs.
 - A load reserves its need before a byte is read; the reservation is returned when the model
-  is unloaded (or its load fails). The pool (model_pool.py) checks `fits` first and evicts
+  is unloaded (or its load fails). The pool (pool.py) checks `fits` first and evicts
   idle models to make room; what still does not fit is a 503 worded by `shortfall`, with the
   needed, budget and in-use MB.
 """

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.server.config import ServerConfig
-from localinfer.server.keep_alive import describe
-from localinfer.server.memory_plan import MemoryPlan, estimate, mb
-from localinfer.server.model_slot import Lease, ModelSlot, SlotState
+from localinfer.server.models.keep_alive import describe
+from localinfer.server.models.memory_plan import MemoryPlan, estimate, mb
+from localinfer.server.models.served import ServedModel, ServedModels
+from localinfer.server.models.slot import Lease, ModelSlot, SlotState
 from localinfer.server.protocol import APIError, unavailable
-from localinfer.server.served_models import ServedModel, ServedModels
 
 log = logging.getLogger("localinfer.server")
 EXPIRY_TICK_S = 0.25

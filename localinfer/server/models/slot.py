@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from localinfer.server.memory_plan import ModelNeed
-from localinfer.server.served_models import ServedModel
+from localinfer.server.models.memory_plan import ModelNeed
+from localinfer.server.models.served import ServedModel
 
 if TYPE_CHECKING:
     from localinfer.engine.engine_loop import EngineLoop
