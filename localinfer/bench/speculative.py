@@ -141,6 +141,9 @@ def _measure(llm: Any, tokens: int, streams: int, rounds: int) -> list[dict[str,
                     # the plain engine is this one with its speculator unplugged between
                     # requests: the same weights, KV pool and kernels on both sides
                     llm.engine.scheduler.speculator = speculator if mode == "spec" else None
+                    # both sides prefill cold: the second run of a round's prompts would
+                    # otherwise find them in the prefix cache
+                    llm.engine.block_manager.reset_prefix_cache()
                     before = llm.engine.stats()
                     tps, ids[mode] = _decode(llm, prompts, params)
                     best[mode] = max(best[mode], tps)
