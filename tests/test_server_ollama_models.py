@@ -110,3 +110,28 @@ def test_ollama_client_pull_list_show_ps_delete(catalog_server) -> None:
     with pytest.raises(ollama.ResponseError) as gone:  # not pulled any more
         client.delete("tiny")
     assert gone.value.status_code == 404 and "not pulled" in gone.value.error
+
+
+@pytest.mark.parametrize("allow_pull", [False, True])
+def test_a_request_for_an_unpulled_catalog_model_pulls_it_only_with_allow_pull(
+        tmp_path, monkeypatch, allow_pull: bool) -> None:
+    catalog, data = wheel_catalog(tmp_path, monkeypatch)
+    cfg = ServerConfig(max_model_len=256, max_num_seqs=4, threads=2, allow_pull=allow_pull)
+    srv = ServerThread(cfg, None, catalog=catalog).start()
+    try:
+        chat = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        listed = [m.id for m in chat.models.list().data]
+        assert ("tiny" in listed) == allow_pull  # servable only when it may be pulled
+        ask = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        if not allow_pull:
+            with pytest.raises(openai.NotFoundError, match="not pulled|does not exist"):
+                chat.chat.completions.create(**ask)
+            assert not catalog.is_pulled("tiny")
+            return
+        answer = chat.chat.completions.create(**ask)  # pulled, loaded, answered
+        assert answer.choices[0].finish_reason in ("stop", "length")
+        assert catalog.is_pulled("tiny")
+        assert hashlib.sha256(catalog.path_of(catalog.get("tiny")).read_bytes()).hexdigest() \
+            == hashlib.sha256(data).hexdigest()
+    finally:
+        srv.stop()
