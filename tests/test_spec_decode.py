@@ -486,11 +486,53 @@ def test_metrics_expose_speculative_counters():
     _, engine = generate([PROMPTS[1]], **SPEC)
     stats = engine.stats()
     metrics = ServerMetrics()
-    metrics.watch_engine(lambda: (stats, 0, 0))
+    metrics.watch_engines(lambda: [("m", stats, 0, 0)])
     text = metrics.render().decode()
-    assert f"localinfer_spec_decode_num_draft_tokens_total {stats.spec_proposed_tokens:.1f}" in text
-    assert (f"localinfer_spec_decode_num_accepted_tokens_total "
+    label = '{model="m"}'
+    assert (f"localinfer_spec_decode_num_draft_tokens_total{label} "
+            f"{stats.spec_proposed_tokens:.1f}") in text
+    assert (f"localinfer_spec_decode_num_accepted_tokens_total{label} "
             f"{stats.spec_accepted_tokens:.1f}") in text
-    assert f"localinfer_spec_decode_num_verifications_total {stats.spec_verifications:.1f}" in text
+    assert (f"localinfer_spec_decode_num_verifications_total{label} "
+            f"{stats.spec_verifications:.1f}") in text
     assert "localinfer_spec_decode_acceptance_rate" in text
     assert stats.spec_accepted_tokens > 0
+
+
+def test_a_verification_that_costs_more_than_it_accepts_counts_as_a_miss():
+    from localinfer.engine.adaptive_k import VERIFY_COST
+
+    cheap, dear = AdaptiveK(4), AdaptiveK(4)
+    for _ in range(MISSES_TO_PAUSE):
+        cheap.record(2, 1)  # an n-gram lookup: one of two guesses held, it paid
+        dear.record(2, 1, proposer_steps=1.5)  # a draft's 1.5 steps of work for one token
+    assert cheap.want() > 0
+    assert dear.want() == 0 and dear.paused  # paused like a lookup that keeps missing
+    paid = AdaptiveK(4)
+    for _ in range(MISSES_TO_PAUSE):
+        paid.record(4, 3, proposer_steps=2.0)  # 3 tokens for 2 + 4 * VERIFY_COST steps
+    assert 2.0 + 4 * VERIFY_COST < 3 and paid.want() > 0
+
+
+def test_speculator_weighs_the_proposers_time_against_a_decode_step():
+    import time
+
+    from localinfer.engine.proposer import Proposer
+    from localinfer.engine.speculator import Speculator
+
+    class SlowDraft(Proposer):
+        def propose(self, seqs, ks):
+            time.sleep(0.03)  # a draft model's forward passes
+            return [[7] * k for k in ks]
+
+    def rounds(step_seconds):
+        speculator = Speculator(SlowDraft(), 2)
+        speculator.observe_step(step_seconds)
+        seq = Sequence(0, "r0", [1, 2, 3], SamplingParams(max_tokens=50))
+        for _ in range(MISSES_TO_PAUSE):
+            (_, guesses), = speculator.propose([seq], 16, 1000)
+            speculator.record(seq, len(guesses), 1)
+        return seq.adaptive_k
+
+    assert rounds(1.0).paused == 0  # 30 ms of drafting against 1 s steps: one token pays
+    assert rounds(0.01).paused > 0  # against 10 ms steps: three steps' worth for one token

@@ -7,9 +7,13 @@ only as far as its recent guesses held:
 - a verification that accepted every guess doubles k (up to K): copying runs are long;
 - one that rejected a guess after a accepted ones sets k to a + 1, and at least one less
   than before: the guesses held about that far;
-- after MISSES_TO_PAUSE verifications in a row that accepted nothing, the sequence stops
-  guessing for `backoff` of its steps (k = 0), then probes again with one guess; each pause
-  is twice as long as the one before (up to MAX_BACKOFF), and any accepted guess resets it.
+- a verification is a loss when it accepted fewer guesses than it cost, in target steps: the
+  extra positions the step computed (VERIFY_COST a guess) plus the proposer's time (a draft
+  model's forward passes) over a plain step's (speculator.py measures both; an n-gram
+  lookup's is nil, so there a loss is a verification that accepted nothing);
+- after MISSES_TO_PAUSE losses in a row, the sequence stops guessing for `backoff` of its
+  steps (k = 0), then probes again with one guess; each pause is twice as long as the one
+  before (up to MAX_BACKOFF), and a verification that paid resets it.
 
 So free text, where lookup rarely hits, soon costs nothing, and a sequence that starts to
 repeat its input (or itself) is found again within MAX_BACKOFF steps.
@@ -20,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MISSES_TO_PAUSE = 3
+# what a guessed position adds to a step, in plain steps (a 9-token step of Qwen2.5-Coder-0.5B
+# costs 1.8x a 1-token one on 2 cores: 0.1 a guess)
+VERIFY_COST = 0.1
 MIN_BACKOFF = 8
 MAX_BACKOFF = 128
 
@@ -28,7 +35,7 @@ MAX_BACKOFF = 128
 class AdaptiveK:
     max_k: int
     k: int = -1  # -1: not set yet, max_k
-    misses: int = 0  # verifications in a row that accepted nothing
+    misses: int = 0  # losses in a row: verifications that accepted less than they cost
     paused: int = 0  # steps left without guessing
     backoff: int = MIN_BACKOFF  # length of the next pause
 
@@ -43,16 +50,19 @@ class AdaptiveK:
             return 0
         return self.k
 
-    def record(self, proposed: int, accepted: int) -> None:
-        """A verification of `proposed` guesses accepted the first `accepted`."""
-        if accepted:
+    def record(self, proposed: int, accepted: int, proposer_steps: float = 0.0) -> None:
+        """A verification of `proposed` guesses accepted the first `accepted`; making them
+        took the proposer `proposer_steps` plain target steps' worth of time."""
+        cost = VERIFY_COST * proposed + proposer_steps
+        loss = accepted == 0 or accepted < cost
+        if not loss:
             self.misses = 0
             self.backoff = MIN_BACKOFF
-        if accepted == proposed:
+        if accepted == proposed and not loss:
             self.k = min(self.max_k, 2 * self.k)
             return
         self.k = max(1, min(self.k - 1, accepted + 1))
-        if accepted == 0:
+        if loss:
             self.misses += 1
             if self.misses >= MISSES_TO_PAUSE:
                 self.misses = 0

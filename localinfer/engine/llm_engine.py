@@ -221,8 +221,12 @@ class LLMEngine:
             return outputs
         guided = self._guided(batch)
         masked = self._start_masks(guided)
+        t_step = time.perf_counter()
         logits = self.runner.execute(batch)
+        t_step = time.perf_counter() - t_step
         sample_seqs, sample_rows, speculating = self._collect_logits(batch, logits)
+        if self.speculator is not None and len(sample_seqs) + len(speculating) == batch.num_seqs:
+            self.speculator.observe_step(t_step)  # a decode step: no prefill chunk in it
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]

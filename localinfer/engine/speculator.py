@@ -14,12 +14,18 @@ loss. The rules, applied after the scheduler has placed every decode and prefill
 - guesses take only the step's leftover token budget and free KV blocks, and never preempt;
 - a sequence guesses at most its AdaptiveK's k (adaptive_k.py), at most what max_tokens and
   the context leave after the token it samples anyway;
+- a sequence stops guessing for a while once its verifications keep accepting fewer tokens
+  than they cost (adaptive_k.py): the proposer's time is measured per call and weighed
+  against the target's decode step, so a draft model that disagrees too often is paused as an
+  n-gram lookup that misses is;
 - a constrained sequence (structured output) keeps only the guesses its grammar accepts in a
   row (Guide.valid_prefix): a guess the grammar refuses could never be verified, and the
   ones after it would be computed for nothing.
 """
 
 from __future__ import annotations
+
+import time
 
 from localinfer.engine.adaptive_k import AdaptiveK
 from localinfer.engine.proposer import Proposer
@@ -37,6 +43,10 @@ class Speculator:
         self.proposed_tokens = 0
         self.accepted_tokens = 0
         self.verifications = 0
+        # seconds of a decode step of the target (a moving average, None before the first):
+        # what a guess's share of the proposer's time is weighed against
+        self.step_seconds: float | None = None
+        self._proposer_seconds: dict[int, float] = {}  # seq_id -> its share of the last call
 
     def propose(self, decodes: list[Sequence], budget: int,
                 max_model_len: int) -> list[tuple[Sequence, list[int]]]:
@@ -61,24 +71,35 @@ class Speculator:
                 budget -= k
         if not seqs:
             return []
+        t0 = time.perf_counter()
         guesses = self.proposer.propose(seqs, ks)
+        share = (time.perf_counter() - t0) / len(seqs)  # a draft's passes serve all of them
         out = []
         for seq, g in zip(seqs, guesses, strict=True):
             if g and seq.guide is not None:
                 g = g[: seq.guide.valid_prefix(g)]
             if g:
                 out.append((seq, g))
+                self._proposer_seconds[seq.seq_id] = share
         return out
+
+    def observe_step(self, seconds: float) -> None:
+        """The target's forward pass of a step in which every sequence decoded (or verified)."""
+        s = self.step_seconds
+        self.step_seconds = seconds if s is None else 0.8 * s + 0.2 * seconds
 
     def record(self, seq: Sequence, proposed: int, accepted: int) -> None:
         """A verification of the sequence's guesses accepted the first `accepted`."""
         self.verifications += 1
         self.proposed_tokens += proposed
         self.accepted_tokens += accepted
+        spent = self._proposer_seconds.pop(seq.seq_id, 0.0)
         if seq.adaptive_k is not None:
-            seq.adaptive_k.record(proposed, accepted)
+            steps = spent / self.step_seconds if self.step_seconds else 0.0
+            seq.adaptive_k.record(proposed, accepted, steps)
         self.proposer.accepted(seq, proposed, accepted)
 
     def free(self, seq: Sequence) -> None:
         seq.spec_token_ids = []
+        self._proposer_seconds.pop(seq.seq_id, None)
         self.proposer.free(seq)
