@@ -529,9 +529,11 @@ def test_speculator_weighs_the_proposers_time_against_a_decode_step():
         speculator = Speculator(SlowDraft(), 2)
         speculator.observe_step(step_seconds)
         seq = Sequence(0, "r0", [1, 2, 3], SamplingParams(max_tokens=50))
-        for _ in range(MISSES_TO_PAUSE):
+        for i in range(1 + MISSES_TO_PAUSE):
             (_, guesses), = speculator.propose([seq], 16, 1000)
             speculator.record(seq, len(guesses), 1)
+            if i == 0:  # a first proposal (a draft prefilling the prompt) is not weighed
+                assert seq.adaptive_k.misses == 0
         return seq.adaptive_k
 
     assert rounds(1.0).paused == 0  # 30 ms of drafting against 1 s steps: one token pays

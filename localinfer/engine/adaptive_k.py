@@ -38,6 +38,7 @@ class AdaptiveK:
     misses: int = 0  # losses in a row: verifications that accepted less than they cost
     paused: int = 0  # steps left without guessing
     backoff: int = MIN_BACKOFF  # length of the next pause
+    verifications: int = 0
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -53,6 +54,7 @@ class AdaptiveK:
     def record(self, proposed: int, accepted: int, proposer_steps: float = 0.0) -> None:
         """A verification of `proposed` guesses accepted the first `accepted`; making them
         took the proposer `proposer_steps` plain target steps' worth of time."""
+        self.verifications += 1
         cost = VERIFY_COST * proposed + proposer_steps
         loss = accepted == 0 or accepted < cost
         if not loss:

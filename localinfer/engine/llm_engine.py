@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.backend import ModelRunner
+from localinfer.engine.adaptive_k import VERIFY_COST
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
@@ -225,8 +226,8 @@ class LLMEngine:
         logits = self.runner.execute(batch)
         t_step = time.perf_counter() - t_step
         sample_seqs, sample_rows, speculating = self._collect_logits(batch, logits)
-        if self.speculator is not None and len(sample_seqs) + len(speculating) == batch.num_seqs:
-            self.speculator.observe_step(t_step)  # a decode step: no prefill chunk in it
+        if self.speculator is not None:
+            self._observe_decode_step(batch, sample_seqs, speculating, t_step)
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]
@@ -264,6 +265,18 @@ class LLMEngine:
             out.error = errors.get(seq.seq_id)
             outputs.append(out)
         return outputs
+
+    def _observe_decode_step(self, batch: ScheduledBatch, sample_seqs: list[Sequence],
+                             speculating: list[tuple[Sequence, list[int]]],
+                             seconds: float) -> None:
+        """Tell the speculator what a plain decode step costs: from steps where every sequence
+        decoded (a last prefill chunk also samples, but brings its whole chunk), the guessed
+        positions' share (VERIFY_COST each) taken out."""
+        guessed = sum(len(rows) - 1 for _, rows in speculating)
+        n_seqs = len(sample_seqs) + len(speculating)
+        if n_seqs == batch.num_seqs and batch.num_tokens == n_seqs + guessed:
+            assert self.speculator is not None
+            self.speculator.observe_step(seconds / (1.0 + VERIFY_COST * guessed / n_seqs))
 
     def _guided(self, batch: ScheduledBatch) -> list[Sequence]:
         """The constrained sequences that sample a token this step."""

@@ -84,7 +84,8 @@ class Speculator:
         return out
 
     def observe_step(self, seconds: float) -> None:
-        """The target's forward pass of a step in which every sequence decoded (or verified)."""
+        """A plain decode step of the target took `seconds` (the engine's estimate from a
+        step in which every sequence decoded or verified)."""
         s = self.step_seconds
         self.step_seconds = seconds if s is None else 0.8 * s + 0.2 * seconds
 
@@ -95,7 +96,10 @@ class Speculator:
         self.accepted_tokens += accepted
         spent = self._proposer_seconds.pop(seq.seq_id, 0.0)
         if seq.adaptive_k is not None:
-            steps = spent / self.step_seconds if self.step_seconds else 0.0
+            # a first proposal includes a draft's prefill of the prompt, paid once: not
+            # weighed against what its first guesses gained
+            first = seq.adaptive_k.verifications == 0
+            steps = spent / self.step_seconds if self.step_seconds and not first else 0.0
             seq.adaptive_k.record(proposed, accepted, steps)
         self.proposer.accepted(seq, proposed, accepted)
 
