@@ -7,10 +7,12 @@ only as far as its recent guesses held:
 - a verification that accepted every guess doubles k (up to K): copying runs are long;
 - one that rejected a guess after a accepted ones sets k to a + 1, and at least one less
   than before: the guesses held about that far;
-- a verification is a loss when it accepted fewer guesses than it cost, in target steps: the
+- a verification's gain is the guesses it accepted minus what they cost, in target steps: the
   extra positions the step computed (VERIFY_COST a guess) plus the proposer's time (a draft
   model's forward passes) over a plain step's (speculator.py measures both; an n-gram
-  lookup's is nil, so there a loss is a verification that accepted nothing);
+  lookup's is nil); it is a loss when it accepted nothing or when the running gain (an
+  average over the last few verifications) has fallen below zero, so a draft whose single
+  accepted guesses only pay back the rejected rounds' cost also counts as losing;
 - after MISSES_TO_PAUSE losses in a row, the sequence stops guessing for `backoff` of its
   steps (k = 0), then probes again with one guess; each pause is twice as long as the one
   before (up to MAX_BACKOFF), and a verification that paid resets it.
@@ -39,6 +41,7 @@ class AdaptiveK:
     paused: int = 0  # steps left without guessing
     backoff: int = MIN_BACKOFF  # length of the next pause
     verifications: int = 0
+    net: float = 0.0  # running gain per verification (tokens beyond their cost), an average
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -55,8 +58,9 @@ class AdaptiveK:
         """A verification of `proposed` guesses accepted the first `accepted`; making them
         took the proposer `proposer_steps` plain target steps' worth of time."""
         self.verifications += 1
-        cost = VERIFY_COST * proposed + proposer_steps
-        loss = accepted == 0 or accepted < cost
+        gain = accepted - (VERIFY_COST * proposed + proposer_steps)
+        self.net = gain if self.verifications == 1 else 0.7 * self.net + 0.3 * gain
+        loss = accepted == 0 or self.net < 0
         if not loss:
             self.misses = 0
             self.backoff = MIN_BACKOFF
@@ -68,6 +72,7 @@ class AdaptiveK:
             self.misses += 1
             if self.misses >= MISSES_TO_PAUSE:
                 self.misses = 0
+                self.net = 0.0  # the probe after the pause starts afresh
                 self.paused = self.backoff
                 self.backoff = min(MAX_BACKOFF, 2 * self.backoff)
                 self.k = 1
