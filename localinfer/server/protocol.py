@@ -151,6 +151,12 @@ class GenerationFields:
     # samples one token at the end of the prefill anyway; it is dropped)
     prompt_only: bool = False
 
+    def bind_tools(self, tokenizer: Any) -> None:
+        """Bind the request's tools to the model's tokenizer (its call format) and make the
+        resulting constraint the sampling parameters' structured output."""
+        self.constraints.bind_tools(tokenizer)
+        self.params.structured = self.constraints.structured
+
 
 def parse_generation(body: dict[str, Any], *, chat: bool, max_model_len: int,
                      n_vocab: int | None = None) -> GenerationFields:

@@ -16,20 +16,17 @@ from localinfer.server.generation import Job
 from localinfer.server.models.slot import Lease
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
 from localinfer.server.protocol import GenerationFields, invalid, parse_generation
-from localinfer.server.security import read_json
-from localinfer.server.state import ServerState
+from localinfer.server.state import ServerState, read_body
 from localinfer.server.streaming import sse_response, whole_answer
 
 
 async def chat_completions(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
         fields = parse_generation(body, chat=True, max_model_len=lease.max_model_len,
                                   n_vocab=lease.llm.tokenizer.n_vocab)
-        fields.constraints.bind_tools(lease.llm.tokenizer)
-        fields.params.structured = fields.constraints.structured
+        fields.bind_tools(lease.llm.tokenizer)
         ids = await asyncio.to_thread(chat_prompt, lease.llm, body.get("messages"),
                                       fields.constraints.tools)
         check_context(len(ids), lease.max_model_len, "messages")
@@ -38,8 +35,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():
         llm = lease.llm

@@ -23,8 +23,7 @@ from localinfer.server.fim import fim_prompt, parse_extra, require_fim
 from localinfer.server.generation import ChoiceState, Job
 from localinfer.server.prompts import check_context
 from localinfer.server.protocol import APIError, invalid, parse_generation
-from localinfer.server.security import read_json
-from localinfer.server.state import ServerState
+from localinfer.server.state import read_body
 from localinfer.server.streaming import event_stream, whole_answer
 
 # llama.cpp's /completion names -> ours; n_predict -1 means "until the context is full"
@@ -32,8 +31,7 @@ _RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
 
 
 async def infill(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
         llm = lease.llm

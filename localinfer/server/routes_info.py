@@ -11,8 +11,7 @@ from localinfer.server.metrics import CONTENT_TYPE
 from localinfer.server.models.slot import SlotState
 from localinfer.server.prompts import chat_prompt, check_token_ids
 from localinfer.server.protocol import get_bool, invalid
-from localinfer.server.security import read_json
-from localinfer.server.state import ServerState
+from localinfer.server.state import ServerState, read_body
 
 
 def _state(request: Request) -> ServerState:
@@ -54,8 +53,7 @@ async def models(request: Request) -> Response:
 
 
 async def tokenize(request: Request) -> Response:
-    state = _state(request)
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     with await state.acquire(body.get("model")) as lease:
         add_special = get_bool(body, "add_special_tokens", True)
         if "messages" in body:
@@ -70,8 +68,7 @@ async def tokenize(request: Request) -> Response:
 
 
 async def detokenize(request: Request) -> Response:
-    state = _state(request)
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     with await state.acquire(body.get("model")) as lease:
         ids = check_token_ids(lease.llm, body.get("tokens"), "tokens")
         return JSONResponse({"prompt": lease.llm.tokenizer.decode(ids)})

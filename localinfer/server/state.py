@@ -19,8 +19,11 @@ from localinfer.server.models.pool import ModelPool
 from localinfer.server.models.served import ServedModels
 from localinfer.server.models.slot import Lease, ModelSlot
 from localinfer.server.protocol import invalid, unavailable
+from localinfer.server.security import read_json
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from localinfer.engine.engine_loop import EngineLoop
 
 
@@ -91,3 +94,9 @@ class ServerState:
         from localinfer import __version__
 
         return f"localinfer-{__version__}-{self.config.backend}"
+
+
+async def read_body(request: Request) -> tuple[ServerState, dict[str, Any]]:
+    """The server's state and the request's JSON object body (size-capped, 400 if not JSON)."""
+    state: ServerState = request.app.state.server
+    return state, await read_json(request, state.config.max_body_bytes)

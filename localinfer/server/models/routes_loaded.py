@@ -13,8 +13,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localinfer.server.models.slot import ModelSlot, SlotState
-from localinfer.server.ollama.shapes import card, model_field, ollama_errors, read_body, tagged
-from localinfer.server.state import ServerState
+from localinfer.server.ollama.shapes import card, model_field, ollama_errors, tagged
+from localinfer.server.state import ServerState, read_body
 
 # what Ollama reports for a model that never expires
 FAR_FUTURE = "2318-01-01T00:00:00+00:00"

@@ -25,11 +25,11 @@ from localinfer.server.models.keep_alive import parse_keep_alive
 from localinfer.server.ollama.answers import OllamaReply, created_at
 from localinfer.server.ollama.options import generation_fields
 from localinfer.server.ollama.prompts import chat_ids, generate_ids
-from localinfer.server.ollama.shapes import model_field, ollama_errors, read_body
+from localinfer.server.ollama.shapes import model_field, ollama_errors
 from localinfer.server.prompts import check_context
 from localinfer.server.protocol import get_bool, invalid
 from localinfer.server.routes_generate import compile_constraint_of
-from localinfer.server.state import ServerState
+from localinfer.server.state import ServerState, read_body
 from localinfer.server.streaming import whole_answer
 
 
@@ -56,8 +56,7 @@ async def _answer(request: Request, *, chat: bool) -> Response:
     with lease.released_on_error():  # until the job takes the lease over
         llm = lease.llm
         fields = generation_fields(body, llm, lease.max_model_len, name, tools=chat)
-        fields.constraints.bind_tools(llm.tokenizer)
-        fields.params.structured = fields.constraints.structured
+        fields.bind_tools(llm.tokenizer)
         if chat:
             ids = await chat_ids(llm, body.get("messages"), fields.constraints.tools)
         else:

@@ -29,10 +29,9 @@ from localinfer.server.ollama.shapes import (
     list_entry,
     model_field,
     ollama_errors,
-    read_body,
 )
 from localinfer.server.protocol import APIError, get_bool
-from localinfer.server.state import ServerState
+from localinfer.server.state import ServerState, read_body
 
 NDJSON = "application/x-ndjson"
 

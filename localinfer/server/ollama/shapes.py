@@ -19,8 +19,6 @@ from starlette.responses import JSONResponse, Response
 from localinfer.server.models.cards import ModelCard, card_for
 from localinfer.server.models.served import ServedModel
 from localinfer.server.protocol import APIError
-from localinfer.server.security import read_json
-from localinfer.server.state import ServerState
 
 # the Ollama release whose API these routes follow (clients such as VS Code's Ollama provider
 # check it); our own version is reported beside it
@@ -46,12 +44,6 @@ def ollama_errors(handler: Handler) -> Handler:
 
 def tagged(name: str) -> str:
     return name if ":" in name else f"{name}:latest"
-
-
-async def read_body(request: Request) -> tuple[ServerState, dict[str, Any]]:
-    state: ServerState = request.app.state.server
-    body = await read_json(request, state.config.max_body_bytes)
-    return state, body
 
 
 def model_field(body: dict[str, Any]) -> str:

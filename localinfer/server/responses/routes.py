@@ -21,8 +21,7 @@ from localinfer.server.protocol import APIError, parse_generation
 from localinfer.server.responses.events import ResponseBuilder
 from localinfer.server.responses.input import chat_request
 from localinfer.server.routes_generate import compile_constraint_of
-from localinfer.server.security import read_json
-from localinfer.server.state import ServerState
+from localinfer.server.state import read_body
 from localinfer.server.streaming import event_stream, whole_answer
 
 log = logging.getLogger("localinfer.server")
@@ -33,16 +32,14 @@ _ECHOED = ("instructions", "max_output_tokens", "temperature", "top_p", "tools",
 
 
 async def responses(request: Request) -> Response:
-    state: ServerState = request.app.state.server
-    body = await read_json(request, state.config.max_body_bytes)
+    state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
         llm = lease.llm
         chat = chat_request(body, lease.max_model_len)
         fields = parse_generation(chat, chat=True, max_model_len=lease.max_model_len,
                                   n_vocab=llm.tokenizer.n_vocab)
-        fields.constraints.bind_tools(llm.tokenizer)
-        fields.params.structured = fields.constraints.structured
+        fields.bind_tools(llm.tokenizer)
         ids = await asyncio.to_thread(chat_prompt, llm, chat["messages"],
                                       fields.constraints.tools)
         check_context(len(ids), lease.max_model_len, "input")
