@@ -100,7 +100,7 @@ def run(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     drive(eng, warm, 4, spec)
     stage.show(f"first mask of a new schema ({plan.mask_reps} schemas)")
     res["first_mask_s"] = summarize(first_masks(eng, plan.mask_reps))
-    eng.masker.stats.reset()
+    eng.constrained.masker.stats.reset()
     all_added: list[float] = []
     for n in STRUCTURED_COUNTS:
         tps: dict[str, list[float]] = {"structured": [], "unconstrained": []}
@@ -121,8 +121,8 @@ def run(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
                 tps[side].append(d.tokens_after_first / (d.end - d.all_first))
                 if side == "structured":
                     produced = min(produced, d.tokens)
-                    added += eng.masker.stats.per_seq_step
-                    eng.masker.stats.reset()
+                    added += eng.constrained.masker.stats.per_seq_step
+                    eng.constrained.masker.stats.reset()
         for side, samples in tps.items():
             res[f"{side}_tps_{n}"] = summarize(samples)
         res[f"structured_tokens_{n}"] = produced  # fewest over the repetitions

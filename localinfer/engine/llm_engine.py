@@ -1,13 +1,14 @@
 """LLMEngine: requests in, streamed RequestOutputs out; one step = one forward pass.
 
     batch  = scheduler.schedule()              # which tokens of which sequences
-    masker.start(guides)                        # constrained sequences' token masks: filling
+    constrained.start(batch)                    # constrained sequences' token masks: filling
     logits = runner.execute(batch)              #   on a worker thread meanwhile
-    masker.apply(logits, ...)                   # disallowed tokens -> -inf
+    constrained.apply(rows, ...)                # disallowed tokens -> -inf (constrained_step.py)
     tokens = sampler(logits, seqs)              # per-request sampling; speculating
                                                 #   sequences: verify(rows, guesses)
     seqs   = scheduler.postprocess(batch, ...)  # append, finish, free blocks, roll back
-    guides advance on the sampled tokens        # a complete grammar finishes with "stop";
+    constrained.advance(...)                    # matchers take the tokens; a complete grammar
+                                                #   finishes with "stop";
                                                 # the next step's masks start filling now
     then text: incremental detokenization and stop strings
 
@@ -42,11 +43,12 @@ from localinfer.engine.adaptive_k import VERIFY_COST
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
+from localinfer.engine.constrained_step import ConstrainedStep
 from localinfer.engine.continuations import Continuations
 from localinfer.engine.outputs import EngineStats, RequestOutput
 from localinfer.engine.sampler import Sampler, make_generator, token_logprob
 from localinfer.engine.scheduler import Scheduler
-from localinfer.engine.sequence import Sequence, SequenceStatus
+from localinfer.engine.sequence import Sequence
 from localinfer.engine.sliding_window import SlidingWindowPool, min_pool_blocks
 from localinfer.engine.speculator import Speculator
 from localinfer.engine.text_stream import TextStream
@@ -125,8 +127,7 @@ class LLMEngine:
             self.block_manager.on_truncate = runner.rollback
         self.sampler = Sampler()
         self.guides = GuideFactory(tokenizer)  # compiled constraints, shared by requests
-        self.masker: Any = None  # structured.masks.Masker, made for the first constrained step
-        self._constrained = False  # a constrained request was ever added: steps look for them
+        self.constrained = ConstrainedStep(self.scheduler, self.guides, runner.threads)
         self.streams: dict[int, TextStream] = {}
         self._seq_ids = itertools.count()
         self._pending: list[RequestOutput] = []  # abort outputs, emitted by the next step
@@ -166,7 +167,7 @@ class LLMEngine:
                 raise InvalidRequestError(
                     f"invalid logit_bias: token id {bad[0]} not in [0, {n_vocab})")
         guide = None if params.structured is None else self.guides.guide(params.structured)
-        self._constrained |= guide is not None
+        self.constrained.active |= guide is not None
         seq_id = next(self._seq_ids)
         seq = Sequence(
             seq_id=seq_id,
@@ -220,8 +221,7 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch is None:
             return outputs
-        guided = self._guided(batch)
-        masked = self._start_masks(guided)
+        guided, masked = self.constrained.start(batch)
         t_step = time.perf_counter()
         logits = self.runner.execute(batch)
         t_step = time.perf_counter() - t_step
@@ -231,17 +231,7 @@ class LLMEngine:
         # every row, in order (the usual decode step): no copy of (n_seqs, n_vocab) floats
         all_rows = sample_rows == list(range(len(logits)))
         rows = logits if all_rows else logits[sample_rows]
-        t0 = time.perf_counter()
-        if masked:
-            self.masker.apply(rows, [(i, masked[seq.seq_id]) for i, seq in
-                                     enumerate(sample_seqs) if seq.seq_id in masked])
-            # a speculating sequence's rows (in logits itself): row j under the grammar's
-            # state after its first j guesses, so verification accepts only what plain
-            # constrained decoding could have sampled
-            self.masker.apply(logits, [(r, masked[seq.seq_id] + j) for seq, spec_rows in
-                                       speculating if seq.seq_id in masked
-                                       for j, r in enumerate(spec_rows)])
-        mask_s = time.perf_counter() - t0
+        mask_s = self.constrained.apply(rows, sample_seqs, logits, speculating, masked)
         tokens = self.sampler(rows, sample_seqs)
         sampled = {seq.seq_id: [t] for seq, t in zip(sample_seqs, tokens, strict=True)}
         logprobs = {
@@ -257,7 +247,7 @@ class LLMEngine:
                 logprobs[seq.seq_id] = [token_logprob(logits[r], t, k)
                                         for r, t in zip(spec_rows, verified, strict=False)]
         updated = self.scheduler.postprocess(batch, sampled)
-        errors = self._advance_guides(updated, len(guided), mask_s) if guided else {}
+        errors = self.constrained.advance(updated, len(guided), mask_s) if guided else {}
         for seq, new_tokens in updated:
             out = self._process_tokens(seq, new_tokens)
             if seq.seq_id in logprobs:
@@ -277,73 +267,6 @@ class LLMEngine:
         if n_seqs == batch.num_seqs and batch.num_tokens == n_seqs + guessed:
             assert self.speculator is not None
             self.speculator.observe_step(seconds / (1.0 + VERIFY_COST * guessed / n_seqs))
-
-    def _guided(self, batch: ScheduledBatch) -> list[Sequence]:
-        """The constrained sequences that sample a token this step."""
-        if not self._constrained:
-            return []
-        guided = []
-        for i, seq_id in enumerate(batch.seq_ids):
-            seq = self.scheduler.seqs.get(seq_id)
-            if seq is not None and seq.guide is not None and (
-                    batch.context_lens[i] == seq.num_tokens + len(seq.spec_token_ids)):
-                guided.append(seq)
-        if guided and self.masker is None:
-            from localinfer.structured.masks import Masker
-
-            self.masker = Masker(self.guides.ll_tokenizer.vocab_size, self.runner.threads)
-        return guided
-
-    def _start_masks(self, guided: list[Sequence]) -> dict[int, int]:
-        """Fill the masks of the constrained sequences (seq_id -> index of its first mask; a
-        speculating one has one more per guess, each row's grammar state after the guesses
-        before it); usually the previous step prefetched them already.
-
-        Every one gets a full mask, greedy ones too: a check of the unconstrained argmax alone
-        (validate_tokens) accepts any byte-valid token, while the mask keeps only canonical
-        tokenizations where the grammar forces bytes ("{" is refused where '{"' is forced),
-        and a model fed non-canonical tokens drifts (measured: SmolLM2 then looped)."""
-        first, at = {}, 0
-        for seq in guided:
-            first[seq.seq_id] = at
-            at += 1 + len(seq.spec_token_ids)
-        if guided:
-            self.masker.start([seq.guide for seq in guided],
-                              tuple((s.seq_id, tuple(s.spec_token_ids)) for s in guided),
-                              [seq.spec_token_ids for seq in guided])
-        return first
-
-    def _prefetch_masks(self) -> None:
-        """Start the next step's masks for the constrained sequences that will decode, in the
-        order the scheduler puts them (running decodes first)."""
-        nxt = [s for s in self.scheduler.running
-               if s.guide is not None and s.num_uncomputed_tokens == 1]
-        if nxt:  # guesses are not known yet: a step that makes some fills anew
-            self.masker.start([s.guide for s in nxt], tuple((s.seq_id, ()) for s in nxt))
-
-    def _advance_guides(self, updated: list[tuple[Sequence, list[int]]], n_guided: int,
-                        mask_s: float) -> dict[int, str]:
-        """Feed each constrained sequence's new tokens to its matcher: a complete grammar
-        finishes the sequence ("stop"); a matcher error ends it alone (returned by seq_id)."""
-        t0 = time.perf_counter()
-        errors: dict[int, str] = {}
-        for seq, new_tokens in updated:
-            guide = seq.guide
-            if guide is None:
-                continue
-            # every new token but one that finished the sequence (EOG, a stop, the length):
-            # a speculating sequence's accepted guesses and its sampled token; masked rows
-            # never let a guess past a complete grammar
-            taken = new_tokens[:-1] if seq.is_finished else new_tokens
-            # a matcher in an error state allows only EOG: that "stop" is a failure, not an end
-            if guide.error or not all(guide.consume(t) for t in taken):
-                errors[seq.seq_id] = f"structured output failed: {guide.error or 'refused'}"
-                self.scheduler.finish(seq, SequenceStatus.FINISHED_ABORTED)
-            elif not seq.is_finished and guide.is_stopped:
-                self.scheduler.finish_stopped(seq)
-        self._prefetch_masks()
-        self.masker.stats.record(n_guided, mask_s + time.perf_counter() - t0)
-        return errors
 
     def _collect_logits(
         self, batch: ScheduledBatch, logits: np.ndarray
