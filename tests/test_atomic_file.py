@@ -129,10 +129,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_full_disk_is_one_clear_error_and_keeps_the_old_file(small_disk: Path) -> None:
     target = small_disk / "conv.json"
     target.write_bytes(b'{"old": true}')
-    with pytest.raises(OSError) as err:
-        with atomic_write(target) as f:
-            for _ in range(100):
-                f.write(b"x" * 10_000)
+    with pytest.raises(OSError) as err, atomic_write(target) as f:
+        for _ in range(100):
+            f.write(b"x" * 10_000)
     assert err.value.errno == errno.ENOSPC
     message = str(err.value)
     assert "No space left on device writing" in message and str(target) in message
