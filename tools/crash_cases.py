@@ -199,8 +199,10 @@ CASES = [
     Case("bundle-extract", lambda i, d: [*PY, "bundle", "extract", str(i / "bundle.zip"),
                                          str(d / "out" / "x")],
          _nothing, lambda d: [d / "out" / "x"], tree_state),
+    # NAME is registered already with another file: the bundle's copy lands as NAME-bundle
     Case("bundle-install", lambda i, d: [*PY, "bundle", "install", str(i / "bundle.zip")],
-         _old_register, _registered, _any_state),
+         _old_register, lambda d: [*_registered(d), d / "home" / "models" / f"{NAME}-bundle" /
+                                   "m.gguf"], _any_state),
     Case("chat-save", lambda i, d: [sys.executable, "-c", CHAT_SCRIPT, str(d / "chats"),
                                     str(i / "chat_new.json"), "20"],
          _old_chat, lambda d: [d / "chats" / "c0ffee.json"], chat_state),

@@ -60,6 +60,7 @@ class Tally:
     temps_at_death: int = 0
     leftovers: int = 0  # after the next run's sweep: what the user keeps
     problems: list[str] | None = None
+    sample_errors: list[str] | None = None  # the first full-disk error lines, as users see them
 
 
 def hidden(disk: Path) -> list[Path]:
@@ -93,7 +94,7 @@ class Quiet(http.server.ThreadingHTTPServer):
 class Runner:
     def __init__(self, work: Path, seed: int, enospc: bool) -> None:
         self.work, self.rng, self.enospc = work, random.Random(seed), enospc
-        self.inputs, self.disk = work / "inputs", work / "disk"
+        self.inputs, self.disk, self.tmpdir = work / "inputs", work / "disk", work / "tmpdir"
         self.window: dict[str, tuple[float, float]] = {}  # writer -> (first, last change) in s
         from localinfer import paths
 
@@ -112,14 +113,19 @@ class Runner:
 
     def env(self, disk: Path) -> dict[str, str]:
         # PYTHONPATH as given: the checkout under test (or none: the installed localinfer)
-        return dict(os.environ, LOCALINFER_HOME=str(disk / "home"), TMPDIR=str(disk / "tmp"),
+        # $TMPDIR (bundle install extracts there) is off the small disk, as /tmp usually is
+        return dict(os.environ, LOCALINFER_HOME=str(disk / "home"), TMPDIR=str(self.tmpdir),
                     NUMBA_CACHE_DIR=str(self.kernels))
 
     def prepare(self, case: Case, disk: Path) -> None:
-        for sub in ("home", "tmp"):
-            (disk / sub).mkdir(parents=True, exist_ok=True)
+        (disk / "home").mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        self.tmpdir.mkdir()
         os.environ["LOCALINFER_HOME"] = str(disk / "home")  # setup_old registers in-process
         case.setup_old(disk, self.inputs)
+
+    def temps(self, disk: Path) -> list[Path]:
+        return hidden(disk) + hidden(self.tmpdir)
 
     def states(self, case: Case, disk: Path) -> list[str | None]:
         return [case.state(t) for t in case.targets(disk)]
@@ -151,7 +157,7 @@ class Runner:
     def run_case(self, case: Case, runs: int) -> Tally:
         self.reference(case)  # a first run warms the kernel cache: time the second
         old, new, took, old_bytes, new_bytes = self.reference(case)
-        tally = Tally(case.name, problems=[])
+        tally = Tally(case.name, problems=[], sample_errors=[])
         for i in range(runs):
             full = self.enospc and i % 2 == 1
             disk = self.disk
@@ -181,11 +187,12 @@ class Runner:
             # half the kills anywhere in the run, half inside the write window
             start, end = (0.0, took) if t.kill_runs % 2 else self.window[case.name]
             time.sleep(self.rng.uniform(start, end))  # Popen.wait(timeout) polls too coarsely
+            mid = False
             if proc.poll() is None:
-                mid = any(p.name.endswith(".part") for p in hidden(disk))
+                mid = any(p.name.endswith(".part") for p in self.temps(disk))
                 proc.send_signal(signal.SIGKILL)
-                t.killed_mid_write += mid
             _, err = proc.communicate()
+            t.killed_mid_write += mid and proc.returncode == -signal.SIGKILL
         finished = proc.returncode == 0
         for target, was, will in zip(case.targets(disk), old, new, strict=True):
             try:
@@ -195,13 +202,13 @@ class Runner:
             if now not in (was, will):
                 t.corrupt += 1
                 t.problems.append(f"{case.name}: {target.name} is {now} (old {was}, new {will})")
-        temps = hidden(disk)
+        temps = self.temps(disk)
         t.temps_at_death += len(temps)
         for folder in {p.parent for p in temps}:
             remove_stale_temps(folder)  # what the writer's next run does first
-        left = hidden(disk)
+        left = self.temps(disk)
         t.leftovers += len(left)
-        t.problems += [f"{case.name}: left {p.relative_to(disk)}" for p in left]
+        t.problems += [f"{case.name}: left {p}" for p in left]
         if full and not finished:
             t.enospc_failed += 1
             # progress bars may print before it; the error itself is the last line, alone
@@ -210,6 +217,8 @@ class Runner:
             clear = ("Traceback" not in err and last.startswith("localinfer: error:")
                      and any(w in last.lower() for w in ("space", "free")))
             t.clear_errors += clear
+            if clear and len(t.sample_errors) < 2 and last not in t.sample_errors:
+                t.sample_errors.append(last)
             if not clear:
                 t.problems.append(f"{case.name}: unclear full-disk error: {err[-600:]!r}")
 
