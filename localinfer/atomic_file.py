@@ -11,7 +11,10 @@ Killed at any point or out of disk, the target is either absent or the old compl
   this machine (a zombie counts as dead). Both tests, because the lock alone has a window
   between creating the file and locking it, and the pid alone can be reused; a reused pid only
   delays the sweep until that process ends.
-- Entries without a pid (older versions' names) go once unlocked and idle for `older_than_s`.
+- Older versions' names (mkstemp's `.{target}.XXXXXXXX.part`, no pid) go once unlocked and
+  idle for `older_than_s`; any other `.part` name is not ours and stays.
+- A temp folder's own sweep (temp_dir) looks only at names made for the same target, since it
+  may live in a shared folder such as $TMPDIR.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ except ImportError:  # Windows: no flock, the pid alone decides
 
 SUFFIX = ".part"
 _OWNED = re.compile(r"^\..+\.(\d+)\.[0-9a-f]{8}\.part$")
+_LEGACY = re.compile(r"^\..+\.[a-z0-9_]{8}\.part$")  # mkstemp's names, before the pid
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -82,7 +86,7 @@ def temp_dir(parent: Path, name: str) -> Iterator[Path]:
     caller renamed it into place; a SIGKILLed owner's folder goes in the next sweep."""
     parent = Path(parent)
     parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(parent)
+    remove_stale_temps(parent, prefix=f".{name}.")
     tmp = temp_path(parent / name)
     tmp.mkdir()
     fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -127,10 +131,11 @@ def disk_full(exc: OSError, target: Path) -> OSError:
                               "the previous file, if any, is unchanged")
 
 
-def remove_stale_temps(folder: Path, older_than_s: float = 120.0) -> int:
-    """Remove the temp files and folders of dead writers in `folder`; returns how many."""
+def remove_stale_temps(folder: Path, older_than_s: float = 120.0, prefix: str = ".") -> int:
+    """Remove the temp files and folders of dead writers in `folder` (those whose names start
+    with `prefix`); returns how many."""
     try:
-        entries = list(Path(folder).glob(f".*{SUFFIX}"))
+        entries = [p for p in Path(folder).glob(f".*{SUFFIX}") if p.name.startswith(prefix)]
     except OSError:
         return 0
     removed = 0
@@ -152,6 +157,8 @@ def is_stale(path: Path, now: float | None = None, older_than_s: float = 120.0) 
     m = _OWNED.match(path.name)
     if m is not None:
         return not _pid_running(int(m.group(1)))
+    if _LEGACY.match(path.name) is None:
+        return False
     now = time.time() if now is None else now
     return now - path.lstat().st_mtime > older_than_s
 

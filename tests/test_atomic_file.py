@@ -105,11 +105,13 @@ def test_pid_and_age_rules(tmp_path: Path) -> None:
     old_legacy = tmp_path / ".d.q8w_1zzz.part"
     old_legacy.write_bytes(b"")
     os.utime(old_legacy, (0, 0))
-    not_ours = tmp_path / "visible.part"
-    not_ours.write_bytes(b"")
+    not_ours = [tmp_path / "visible.part", tmp_path / ".another-app's download.part"]
+    for p in not_ours:
+        p.write_bytes(b"")
+        os.utime(p, (0, 0))
     assert remove_stale_temps(tmp_path) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [mine.name, fresh_legacy.name, not_ours.name])
+        [mine.name, fresh_legacy.name, *(p.name for p in not_ours)])
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ For each writer (tools/crash_cases.py: quantize, convert, register, pull, bundle
 bundle-install, chat-save) a clean run first gives the new state of its targets and its
 duration D. Then `--runs` runs alternate:
 - kill: start it on a fresh folder holding the old targets, SIGKILL it after U(0, D), or for
-  every other kill after U(W0, W1), the span in which the clean run changed files on disk
-  (most of a tiny run is Python starting; this puts half the kills inside the write);
+  every other kill U(0, W) after its first change on disk, W being how long the clean run kept
+  changing files (most of a tiny run is Python starting; this puts half the kills in the write);
 - full disk: the same on a tmpfs mounted for the run (root only) with room for the old targets
   plus U(5%, 90%) of what the run adds, so the write runs out of space part-way.
 After each run every target must be absent-as-before, the old complete file or (only if the
@@ -184,9 +184,14 @@ class Runner:
             _, err = proc.communicate(timeout=300)
         else:
             t.kill_runs += 1
-            # half the kills anywhere in the run, half inside the write window
-            start, end = (0.0, took) if t.kill_runs % 2 else self.window[case.name]
-            time.sleep(self.rng.uniform(start, end))  # Popen.wait(timeout) polls too coarsely
+            if t.kill_runs % 2:  # anywhere in the run
+                time.sleep(self.rng.uniform(0.0, took))  # (Popen.wait(timeout) is too coarse)
+            else:  # inside the write: from the first change on disk, as long as the clean run's
+                start, end = self.window[case.name]
+                before = snapshot(disk)
+                while proc.poll() is None and snapshot(disk) == before:
+                    time.sleep(0.001)
+                time.sleep(self.rng.uniform(0.0, end - start))
             mid = False
             if proc.poll() is None:
                 mid = any(p.name.endswith(".part") for p in self.temps(disk))
