@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,15 +76,10 @@ def _dump(entries: dict[str, dict[str, Any]]) -> str:
 
 def place_file(src: Path, target: Path) -> None:
     """`src` at `target`: a hard link where the file system allows, else a copy; the target
-    appears whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.link")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:  # another file system, or links not allowed: copy
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, target)
+    appears whole or not at all (atomic_file.place_copy)."""
+    from localinfer.atomic_file import place_copy
+
+    place_copy(src, target)
 
 
 def register(name: str, gguf: str | os.PathLike[str], *, source: dict[str, Any] | None = None,

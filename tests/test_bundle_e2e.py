@@ -217,7 +217,7 @@ def test_killed_create_leaves_nothing(smollm2_path: Path, tmp_path: Path, when: 
     try:
         while time.monotonic() < deadline and proc.poll() is None:
             names = _leftovers(out)
-            partial = [out / n for n in names if ".partial-" in n]
+            partial = [out / n for n in names if n.endswith(".part") and (out / n).is_dir()]
             if when == "wheels" and partial and list(partial[0].glob("wheels/*/*.whl")):
                 break
             if when == "archive" and any(n.endswith(".part") for n in names):

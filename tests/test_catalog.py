@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import io
 import os
+import subprocess
 import sys
 import threading
 import zipfile
@@ -264,9 +265,13 @@ def test_stale_temp_files_of_a_killed_pull_are_removed(tmp_path: Path, server) -
     cat = make_catalog(tmp_path, entry_toml("tiny", sha, f'{{ type = "url", url = "{base}/m.gguf" }}'))
     folder = cat.path_of(cat.get("tiny")).parent
     folder.mkdir(parents=True)
-    stale = folder / ".m.gguf.abc123.part"
+    stale = folder / ".m.gguf.abc123xy.part"  # mkstemp's 8 characters
     stale.write_bytes(b"half a model")
-    os.utime(stale, (0, 0))  # left by a process killed long ago
+    os.utime(stale, (0, 0))  # an older version's name, left by a process killed long ago
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    # a pull SIGKILLed a moment ago (its pid in the name, no lock held): gone at once too
+    (folder / f".m.gguf.{dead.pid}.0123abcd.part").write_bytes(b"half a model")
     path = cat.pull("tiny", progress=False)
     assert leftovers(cat.models_dir) == [path]
 

@@ -6,7 +6,8 @@ Policy (RELIABILITY.md #31/#32):
   control characters, symlinks, hardlinks, devices, fifos, every other entry type, duplicate
   names, and a file that is also used as a folder.
 - Extraction writes only regular files ("xb": never through an existing path or link) and
-  folders, into a new or empty folder, and removes all it wrote if it fails half-way. Declared
+  folders, into a locked temp folder beside the destination renamed onto it at the end (a new
+  or empty folder): failing or killed half-way, the destination is as it was. Declared
   sizes must fit the free disk space, and no entry may yield more bytes than it declares.
   `extractall` is never used and nothing is unpickled.
 - Every refusal is one BundleError line that names the entry.
@@ -17,7 +18,7 @@ Policy (RELIABILITY.md #31/#32):
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from localinfer.atomic_file import atomic_write
+from localinfer.atomic_file import atomic_write, temp_dir
 from localinfer.errors import BundleError
 from localinfer.progress import ProgressBar
 
@@ -213,75 +214,81 @@ def _copy(src: IO[bytes], dst: IO[bytes], bar: ProgressBar, name: str,
 
 
 def _prepare_dest(dest: Path, needed: int) -> Path | None:
-    """Check dest is absent or an empty folder with room; make it. The topmost folder made."""
+    """Check dest is absent or an empty folder and its file system has room; make its missing
+    parent folders. Returns the topmost folder made (None if none)."""
     if dest.exists() or dest.is_symlink():
         if not dest.is_dir():
             raise BundleError(f"{dest} exists and is not a folder")
         if any(dest.iterdir()):
             raise BundleError(f"{dest} is not empty; extract into a new or empty folder")
-        top, existing = None, dest
-    else:
-        top = dest
-        while not top.parent.exists() and top.parent != top:
-            top = top.parent
-        existing = top.parent
-    free = shutil.disk_usage(existing).free
+    top = None
+    parent = dest.parent
+    while not parent.exists() and parent.parent != parent:
+        top, parent = parent, parent.parent
+    free = shutil.disk_usage(parent).free
     if needed > free:
-        raise BundleError(f"the archive holds {needed} bytes but {existing} has {free} free")
+        raise BundleError(f"the archive holds {needed} bytes but {parent} has {free} free")
     if top is not None:
         try:
-            dest.mkdir(parents=True)
+            dest.parent.mkdir(parents=True)
         except OSError as exc:
-            raise BundleError(f"cannot create {dest}: {_one_line(exc)}") from None
+            raise BundleError(f"cannot create {dest.parent}: {_one_line(exc)}") from None
     return top
 
 
-def _undo(dest: Path, top: Path | None) -> None:
-    # dest was absent or empty, so everything below it is ours
-    with contextlib.suppress(OSError):
-        if top is not None:
-            shutil.rmtree(top)
-            return
-        for child in dest.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-
-
 def extract(archive: Path, dest: Path, *, progress: bool = True) -> Path:
-    """Unpack a checked archive into dest (absent or empty); returns the bundle's root folder."""
+    """Unpack a checked archive into dest (absent or empty); returns the bundle's root folder.
+
+    Everything is unpacked into a locked temp folder beside dest (atomic_file.temp_dir) that
+    is renamed onto dest at the end: killed or failing at any point, dest stays as it was."""
     archive, dest = Path(archive), Path(dest)
+    if dest.is_symlink() and dest.is_dir():
+        dest = dest.resolve()  # a link to an empty folder: fill that folder
     with _open(archive) as handle:
         entries = _scan(handle, archive)  # raises before anything is written
-        total = sum(m.size for m, _, _ in entries)
-        top = _prepare_dest(dest, total)
-        current = ""
+        top = _prepare_dest(dest, sum(m.size for m, _, _ in entries))
         try:
-            with ProgressBar(total, f"extracting {archive.name}",
-                             enabled=None if progress else False) as bar:
-                for member, current, ref in entries:
-                    target = dest.joinpath(*member.name.split("/"))
-                    if member.is_dir:
-                        target.mkdir(parents=True, exist_ok=True)
-                        continue
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    src = handle.open(ref) if isinstance(handle, zipfile.ZipFile) \
-                        else handle.extractfile(ref)
-                    assert src is not None  # regular tar members always have a file
-                    with src, open(target, "xb") as out:  # "x": O_EXCL, never through a link
-                        got = _copy(src, out, bar, current, member.size)
-                    if got != member.size:
-                        raise _unsafe(current, f"truncated: {got} of {member.size} bytes")
-                    os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+            with temp_dir(dest.parent, dest.name) as tmp:
+                _unpack(handle, entries, archive, tmp, progress)
+                os.rename(tmp, dest)  # onto an absent or empty folder: whole or not at all
         except BaseException as exc:
-            _undo(dest, top)
-            if isinstance(exc, BundleError) or not isinstance(exc, Exception):
-                raise
-            raise BundleError(f"extracting {current!r} from {archive.name} failed: "
-                              f"{_one_line(exc)}; nothing was kept") from None
+            if top is not None:
+                shutil.rmtree(top, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise BundleError(f"extracting {archive.name} failed: no space left on device "
+                                  f"in {dest.parent}; nothing was kept") from None
+            raise
     root = archive_root([m for m, _, _ in entries])
     return dest / root if root is not None else dest
+
+
+def _unpack(handle: _Handle, entries: list[tuple[Member, str, Any]], archive: Path,
+            dest: Path, progress: bool) -> None:
+    current = ""
+    try:
+        with ProgressBar(sum(m.size for m, _, _ in entries), f"extracting {archive.name}",
+                         enabled=None if progress else False) as bar:
+            for member, current, ref in entries:
+                target = dest.joinpath(*member.name.split("/"))
+                if member.is_dir:
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = handle.open(ref) if isinstance(handle, zipfile.ZipFile) \
+                    else handle.extractfile(ref)
+                assert src is not None  # regular tar members always have a file
+                with src, open(target, "xb") as out:  # "x": O_EXCL, never through a link
+                    got = _copy(src, out, bar, current, member.size)
+                if got != member.size:
+                    raise _unsafe(current, f"truncated: {got} of {member.size} bytes")
+                os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+    except Exception as exc:
+        if isinstance(exc, BundleError):
+            raise
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise BundleError(f"extracting {current!r} from {archive.name} failed: "
+                          f"{_one_line(exc)}; nothing was kept") from None
 
 
 def _walk(src: Path) -> list[tuple[str, Path, os.stat_result]]:

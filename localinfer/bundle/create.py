@@ -5,9 +5,10 @@ demo prompts' greedy tokens on this machine, build localinfer's wheel, fill each
 wheelhouse, copy the models (hashing as they go), write the launchers, the README and the
 manifest, check the result with the same check the target will run, and only then put it in
 place: a folder renamed from its temp name, or an archive written through a temp file. Until
-then everything lives in `.OUT.partial-PID` beside the output, which the janitor removes if
-this process is killed (janitor.py); an error or Ctrl-C removes it here, and the janitor
-sweeps again after.
+then everything lives in a locked temp folder `.OUT.PID.TOKEN.part` beside the output
+(atomic_file.temp_dir), which the janitor removes if this process is killed (janitor.py), and
+the next writer's sweep if the janitor was killed too; an error or Ctrl-C removes it here, and
+the janitor sweeps again after.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from localinfer.atomic_file import temp_dir
 from localinfer.bundle import archive, check, demo, launchers, wheelhouse
 from localinfer.bundle.janitor import Janitor
 from localinfer.bundle.manifest import FORMAT, Manifest
@@ -70,24 +72,22 @@ def create(opts: CreateOptions) -> Path:
             len({m.path.name for m in models}) < len(models):
         raise BundleError("two --model options name the same model or file name")
     prompts = demo.read_prompts(opts.prompts_file)
-    tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
-    janitor = Janitor(final.parent, [tmp.name, f".{final.name}.*.part"])
+    # this process's temp folder and temp archive (atomic_file's names carry the pid)
+    janitor = Janitor(final.parent, [f".{final.name}.{os.getpid()}.*.part"])
     try:
-        tmp.mkdir()
-        data = _build(tmp, opts, targets, models, prompts)
-        found = check.problems(str(tmp))
-        if found:
-            raise BundleError(f"the new bundle fails its own check: {found[0]}")
-        if opts.archive:
-            archive.write_archive(tmp, final, opts.archive, root_name=root_name,
-                                  progress=opts.progress)
-            shutil.rmtree(tmp)
-        else:
-            if final.exists():
-                raise BundleError(f"{final} appeared while the bundle was built")
-            os.rename(tmp, final)
+        with temp_dir(final.parent, final.name) as tmp:
+            data = _build(tmp, opts, targets, models, prompts)
+            found = check.problems(str(tmp))
+            if found:
+                raise BundleError(f"the new bundle fails its own check: {found[0]}")
+            if opts.archive:
+                archive.write_archive(tmp, final, opts.archive, root_name=root_name,
+                                      progress=opts.progress)
+            else:
+                if final.exists():
+                    raise BundleError(f"{final} appeared while the bundle was built")
+                os.rename(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
         janitor.abandon()  # and it sweeps once more, should a child still be writing
         raise
     janitor.release()

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from localinfer.atomic_file import temp_dir
 from localinfer.bundle import archive, check
 from localinfer.errors import BundleError
 
@@ -14,7 +15,9 @@ from localinfer.errors import BundleError
 @contextlib.contextmanager
 def opened(path: Path, *, progress: bool = True) -> Iterator[Path]:
     """Yield the bundle's root folder; an archive's entries are all checked before anything
-    is extracted (archive.extract), and the extraction is removed afterwards."""
+    is extracted (archive.extract), and the extraction is removed afterwards: it lives in a
+    locked temp folder (atomic_file.temp_dir) that the next open sweeps if this process is
+    killed."""
     if path.is_dir():
         yield path
         return
@@ -23,8 +26,8 @@ def opened(path: Path, *, progress: bool = True) -> Iterator[Path]:
     if archive.archive_kind(path) is None:
         raise BundleError(f"{path}: neither a bundle folder nor a .zip or .tar archive")
     check_archive(path)
-    with tempfile.TemporaryDirectory(prefix="localinfer-bundle-") as tmp:
-        yield archive.extract(path, Path(tmp) / "bundle", progress=progress)
+    with temp_dir(Path(tempfile.gettempdir()), "localinfer-bundle") as tmp:
+        yield archive.extract(path, tmp / "bundle", progress=progress)
 
 
 def check_archive(path: Path) -> None:

@@ -63,21 +63,19 @@ def main(name: str, args: argparse.Namespace) -> int:
         check_name(args.register)
     progress = False if args.no_progress else None
     source = Path(args.input)
-    converted = None
-    try:
-        if source.is_dir():  # a Hugging Face directory: convert next to the output first
-            from localinfer.quant.hf_convert import convert_hf_dir
-            from localinfer.quant.quantizer import resolve_ftype
-
-            resolve_ftype(args.type)  # a bad --type fails before the conversion
-            out = Path(args.output)
-            converted = out.parent / f".{out.name}.hf-source.part"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            source = convert_hf_dir(source, converted)
+    if not source.is_dir():
         _run(args, source, text, progress)
-    finally:
-        if converted is not None:
-            converted.unlink(missing_ok=True)
+        return 0
+    # A Hugging Face directory: convert next to the output first, into a locked temp folder
+    # (atomic_file.temp_dir) that goes on exit, or in the next sweep if this process is killed.
+    from localinfer.atomic_file import temp_dir
+    from localinfer.quant.hf_convert import convert_hf_dir
+    from localinfer.quant.quantizer import resolve_ftype
+
+    resolve_ftype(args.type)  # a bad --type fails before the conversion
+    out = Path(args.output)
+    with temp_dir(out.parent, f"{out.name}.hf-source") as folder:
+        _run(args, convert_hf_dir(source, folder / "source.gguf"), text, progress)
     return 0
 
 
