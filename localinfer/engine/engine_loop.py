@@ -70,6 +70,7 @@ class RequestHandle:
         self._armed = False
         self.finished = False
         self.aborted = False  # set by any thread; the engine thread honours it
+        self.abort_time = 0.0  # time.perf_counter() when abort() was asked
 
     def _put(self, item: Any) -> None:  # called on the engine thread
         if self._paced:
@@ -152,6 +153,7 @@ class RequestHandle:
 
     def abort(self) -> None:
         if not self.finished and not self.aborted:
+            self.abort_time = time.perf_counter()
             self.aborted = True
             self._engine_loop.abort(self)
 
@@ -171,6 +173,9 @@ class EngineLoop:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
         self.step_hook: Callable[[], None] | None = None  # tests inject faults here
+        # seconds from an abort being asked (a client gone) to its sequence's blocks being
+        # free, for each sequence the engine held: the wait is the engine step in progress
+        self.on_abort_freed: Callable[[float], None] | None = None
 
     def start(self) -> EngineLoop:
         self._thread.start()
@@ -226,6 +231,9 @@ class EngineLoop:
                 # the engine emits a final "abort" output on its next step, which ends
                 # the handle's stream; the blocks are free already
                 self.engine.abort_request(handle.seq_id)
+                if self.on_abort_freed is not None:
+                    self.on_abort_freed(time.perf_counter() - handle.abort_time)
+                self._publish_stats()  # /metrics shows the blocks free without a step
 
         self._send(do_abort)
 
