@@ -149,6 +149,17 @@ def test_queue_limit_and_shutdown() -> None:
         loop.submit(PROMPTS[0], PARAMS)
 
 
+def test_queue_limit_zero_admits_what_can_run_at_once() -> None:
+    # max_queue 0 once refused every request, the server's own warm-up included
+    loop = EngineLoop(make_engine(max_num_seqs=2), max_queue=0)  # not started
+    loop.submit(PROMPTS[0], PARAMS)
+    loop.submit(PROMPTS[1], PARAMS)
+    with pytest.raises(QueueFullError):
+        loop.submit(PROMPTS[2], PARAMS)
+    loop.start()
+    loop.shutdown(drain_timeout=5)
+
+
 def test_shutdown_drains_in_flight() -> None:
     loop = EngineLoop(make_engine()).start()
     handles = [loop.submit(p, PARAMS) for p in PROMPTS]

@@ -240,12 +240,13 @@ class EngineLoop:
             return self._stats
 
     def num_waiting_for_a_slot(self) -> int:
-        """Requests not running yet, less the running slots free now: what `max_queue`
-        bounds. A burst at an idle engine runs max_num_seqs of its requests at once (found by
-        `bench soak --overload`: counting them as waiting refused requests that had a slot)."""
+        """Requests not running yet less the running slots free now (negative: slots left
+        over): what `max_queue` bounds, so 0 admits only what can run at once. A burst at an
+        idle engine runs max_num_seqs of its requests at once (found by `bench soak
+        --overload`: counting those as waiting refused requests that had a slot)."""
         stats = self.stats()
         free = max(self.engine.config.max_num_seqs - stats.num_running, 0)
-        return max(stats.num_waiting + self._num_queued - free, 0)
+        return stats.num_waiting + self._num_queued - free
 
     @property
     def num_queued(self) -> int:
