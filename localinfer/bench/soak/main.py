@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the run, at most 60)")
     g.add_argument("--baseline-clients", type=int, default=1,
                    help="[soak] clients of the overload run's unloaded baseline (default 1)")
+    g.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                   help="[soak] one more argument for the server it starts (repeatable), "
+                        "e.g. --serve-arg=--max-num-batched-tokens=256")
     g.add_argument("--server-pid", type=int, help="[soak] with --url: the server's pid, "
                                                   "for its RSS")
     g.add_argument("--seed", type=int, default=0, help="[soak] workload seed")
@@ -77,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.url:
         max_queue = args.max_queue if args.max_queue is not None else args.max_num_seqs
         options = ServerOptions(args.model or DEFAULT_MODEL, args.max_num_seqs, max_queue,
-                                args.ctx, args.threads)
+                                args.ctx, args.threads, tuple(args.serve_arg))
         log = Path(args.json).with_suffix(".serve.log") if args.json else None
         server = ServerProcess(options, log)
         print(f"starting: localinfer {' '.join(options.argv(server.port)[3:])}", flush=True)
