@@ -178,16 +178,18 @@ def test_short_soak_against_its_own_server(smollm2_path: Path, tmp_path: Path) -
     assert names["no 5xx"] and names["KV back to baseline when idle"]
 
 
-def test_the_verdict_fails_when_the_server_fails(smollm2_path: Path) -> None:
-    """A real server whose engine raises on every 15th step: the soak's verdict says so."""
+def test_overload_then_a_failing_engine(smollm2_path: Path) -> None:
+    """One real server (2 running slots, no queue): a short overload run sheds with 429 +
+    Retry-After and compares TTFT with its unloaded baseline; then its engine raises on every
+    15th step and the soak's verdict says FAIL."""
     pytest.importorskip("uvicorn")
     from server_harness import ServerThread
 
     from localinfer.bench.soak.run import SoakPlan, run
     from localinfer.server.config import ServerConfig
 
-    config = ServerConfig(model=str(smollm2_path), max_model_len=512, max_num_seqs=4,
-                          max_queue=4, threads=2)
+    config = ServerConfig(model=str(smollm2_path), max_model_len=512, max_num_seqs=2,
+                          max_queue=0, threads=2)
     srv = ServerThread(config, smollm2_path).start()
     steps = {"n": 0}
     lock = threading.Lock()
@@ -199,13 +201,20 @@ def test_the_verdict_fails_when_the_server_fails(smollm2_path: Path) -> None:
                 raise RuntimeError("injected fault")
 
     try:
+        over = run(SoakPlan(srv.url, duration_s=6, capacity=2, warmup_s=0, baseline_requests=4,
+                            seed=5), overload=True)
         srv.state.loop.step_hook = fault
-        result = run(SoakPlan(srv.url, clients=3, duration_s=8, capacity=4, burst_every_s=0,
-                              warmup_s=0, hostile_rate=0.0, disconnect_rate=0.0, seed=3))
+        failing = run(SoakPlan(srv.url, clients=3, duration_s=8, capacity=2, burst_every_s=0,
+                               warmup_s=0, hostile_rate=0.0, disconnect_rate=0.0, seed=3))
     finally:
         srv.stop()
-    assert not result.analysis.passed
-    f = result.analysis.figures
+    f = over.analysis.figures
+    assert f["rejections"] >= 1 and f["rejections_with_retry_after"] == f["rejections"]
+    assert f["by_outcome"]["ok"] >= 2 and f["http_5xx"] == 0 and f["dropped"] == 0
+    assert f["baseline_ttft_p99_s"] > 0 and f["ttft_p99_ratio"] > 0
+    assert sum(o.phase == "baseline" for o in over.outcomes) == 4
+    assert not failing.analysis.passed
+    f = failing.analysis.figures
     assert f["stream_errors"] + f["http_5xx"] >= 1
-    assert not _check(result.analysis, "no error events") or not _check(result.analysis,
-                                                                         "no 5xx")
+    assert not (_check(failing.analysis, "no error events") and _check(failing.analysis,
+                                                                       "no 5xx"))

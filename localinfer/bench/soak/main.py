@@ -18,8 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--duration", default="10m",
                    help="[soak] how long: seconds, or 30s, 10m, 1h (default 10m)")
     g.add_argument("--overload", action="store_true",
-                   help="[soak] the overload run instead: an unloaded baseline, then waves of "
-                        "--burst-factor x capacity requests")
+                   help="[soak] the overload run instead: an unloaded baseline, then "
+                        "--burst-factor x capacity clients retrying at once when refused")
     g.add_argument("--disconnect-rate", type=float, default=0.2,
                    help="[soak] share of requests hung up on (default 0.2)")
     g.add_argument("--hostile-rate", type=float, default=0.05,
@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--max-num-seqs when the soak starts it, else 16)")
     g.add_argument("--max-num-seqs", type=int, default=16, help="[soak] own server's")
     g.add_argument("--max-queue", type=int,
-                   help="[soak] own server's --max-queue (default: --max-num-seqs)")
+                   help="[soak] own server's --max-queue (default: --max-num-seqs; with "
+                        "--overload 0: only what can run at once is admitted)")
     g.add_argument("--ctx", type=int, default=2048, help="[soak] own server's context")
     g.add_argument("--warmup", type=float,
                    help="[soak] seconds before RSS growth is measured (default: a fifth of "
@@ -78,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
         raise InvalidRequestError("--disconnect-rate + --hostile-rate must be <= 1")
     server = None
     if not args.url:
-        max_queue = args.max_queue if args.max_queue is not None else args.max_num_seqs
+        max_queue = args.max_queue if args.max_queue is not None else (
+            0 if args.overload else args.max_num_seqs)
         options = ServerOptions(args.model or DEFAULT_MODEL, args.max_num_seqs, max_queue,
                                 args.ctx, args.threads, tuple(args.serve_arg))
         log = Path(args.json).with_suffix(".serve.log") if args.json else None

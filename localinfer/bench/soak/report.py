@@ -14,8 +14,8 @@ def table(result: RunResult) -> str:
     f = result.analysis.figures
     p = result.plan
     if result.mode == "overload":
-        head = (f"bench soak --overload: {result.model} at {p.url}, waves of {p.burst_size} "
-                f"requests ({p.burst_factor:g}x capacity {p.capacity}) for {p.duration_s:.0f} s; "
+        head = (f"bench soak --overload: {result.model} at {p.url}, {p.burst_size} clients "
+                f"({p.burst_factor:g}x capacity {p.capacity}) for {p.duration_s:.0f} s; "
                 f"unloaded baseline: {p.baseline_clients} client(s)")
     else:
         head = (f"bench soak: {result.model} at {p.url}, {p.clients} clients for "

@@ -7,8 +7,9 @@ most 5 s), as a polite client would; every `burst_every_s` a burst of `burst_fac
 compared with the baseline taken before the load.
 
 Overload: an unloaded baseline (`baseline_clients` clients, streamed requests of one shape),
-then waves of `burst_factor` x `capacity` simultaneous requests of that shape for
-`duration_s`, each wave sent when the previous one has been answered.
+then `burst_factor` x `capacity` closed-loop clients sending requests of that shape for
+`duration_s`; a rejected one tries again after 50-250 ms (ignoring Retry-After, so the offered
+load stays at that multiple of what the server runs).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from localinfer.errors import LocalInferError
 from localinfer.server.loadgen import percentile
 
 BURST_TOKENS = (16, 48)  # burst and overload requests: short, so waves turn over quickly
+OVERLOAD_RETRY_S = (0.05, 0.25)  # an overload client's pause after a rejection
 
 
 @dataclass
@@ -48,7 +50,7 @@ class SoakPlan:
     timeout_s: float = 300.0
     idle_timeout_s: float = 60.0
     baseline_clients: int = 1
-    baseline_requests: int = 24
+    baseline_requests: int = 40
     api_key: str | None = None
 
     @property
@@ -188,12 +190,19 @@ async def _baseline(client: httpx.AsyncClient, plan: SoakPlan, workload: Workloa
 
 async def _overload(client: httpx.AsyncClient, plan: SoakPlan, workload: Workload,
                     t0: float) -> list[Outcome]:
-    rng = random.Random(plan.seed * 1000 + 900)
     deadline = time.perf_counter() + plan.duration_s
     outcomes: list[Outcome] = []
-    while time.perf_counter() < deadline:
-        specs = [_shaped(workload, rng, "burst") for _ in range(plan.burst_size)]
-        outcomes.extend(await asyncio.gather(*(send(client, s, "overload", t0) for s in specs)))
+
+    async def one_client(i: int) -> None:
+        rng = random.Random(plan.seed * 1000 + 900 + i)
+        await asyncio.sleep(rng.uniform(0, 1))  # arrivals spread, not one thundering herd
+        while time.perf_counter() < deadline:
+            out = await send(client, _shaped(workload, rng, "burst"), "overload", t0)
+            outcomes.append(out)
+            if out.outcome == "rejected":  # back at once: the offered load stays at 3x
+                await asyncio.sleep(rng.uniform(*OVERLOAD_RETRY_S))
+
+    await asyncio.gather(*(one_client(i) for i in range(plan.burst_size)))
     return outcomes
 
 
