@@ -141,7 +141,7 @@ def analyse(outcomes: list[Outcome], samples: list[Sample], kv_baseline: float,
               f"{kv_idle:.0f} blocks in use once idle, baseline {kv_baseline:.0f}"),
         Check("abort -> blocks free p99 < 1 s",
               n_aborts == 0 or (not math.isnan(p99) and p99 < ABORT_P99_LIMIT_S),
-              f"p50 {_s(p50)}, p99 {_s(p99)} over {n_aborts:.0f} aborts"),
+              f"p50 {secs(p50)}, p99 {secs(p99)} over {n_aborts:.0f} aborts"),
         Check("every rejection 429/503 with Retry-After", not missing_ra,
               f"{len(shed) - len(missing_ra)}/{len(shed)} carried it"),
     ]
@@ -154,7 +154,7 @@ def analyse(outcomes: list[Outcome], samples: list[Sample], kv_baseline: float,
         figures["baseline_ttft_p99_s"] = baseline_ttft_p99
         figures["ttft_p99_ratio"] = ratio
         checks.append(Check("accepted p99 TTFT <= 2x unloaded", ratio <= TTFT_RATIO_LIMIT,
-                            f"{_s(ttft_p99)} vs {_s(baseline_ttft_p99)} unloaded "
+                            f"{secs(ttft_p99)} vs {secs(baseline_ttft_p99)} unloaded "
                             f"({ratio:.2f}x)"))
     return Analysis(figures, checks)
 
@@ -173,7 +173,8 @@ def _valid_retry_after(value: str | None) -> bool:
     return value is not None and value.strip().isdigit()
 
 
-def _s(v: float) -> str:
+def secs(v: float) -> str:
+    """0.0123 -> '12 ms', 4.5 -> '4.50 s'; nan: 'n/a'; inf (the +Inf bucket): '> 10 s'."""
     if math.isnan(v):
         return "n/a"
     if math.isinf(v):

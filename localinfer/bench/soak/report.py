@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from localinfer.bench.soak.analysis import secs
 from localinfer.bench.soak.run import RunResult
 
 
@@ -32,16 +33,16 @@ def table(result: RunResult) -> str:
         ("KV blocks in use", f"baseline {f['kv_blocks_baseline']:.0f}, idle after "
                              f"{f['kv_blocks_idle_after']:.0f}, peak {f['kv_blocks_peak']:.0f} "
                              f"of {f['kv_blocks_total']:.0f}"),
-        ("abort -> blocks free", f"p50 {_ms(f['abort_to_free_p50_s'])}, p99 "
-                                 f"{_ms(f['abort_to_free_p99_s'])} "
+        ("abort -> blocks free", f"p50 {secs(f['abort_to_free_p50_s'])}, p99 "
+                                 f"{secs(f['abort_to_free_p99_s'])} "
                                  f"({f['aborts_freed']:.0f} aborts)"),
-        ("TTFT (streamed, ok)", f"p50 {_ms(f['ttft_p50_s'])}, p90 {_ms(f['ttft_p90_s'])}, "
-                                f"p99 {_ms(f['ttft_p99_s'])}"),
-        ("latency (ok)", f"p50 {_ms(f['latency_p50_s'])}, p99 {_ms(f['latency_p99_s'])}"),
+        ("TTFT (streamed, ok)", f"p50 {secs(f['ttft_p50_s'])}, p90 {secs(f['ttft_p90_s'])}, "
+                                f"p99 {secs(f['ttft_p99_s'])}"),
+        ("latency (ok)", f"p50 {secs(f['latency_p50_s'])}, p99 {secs(f['latency_p99_s'])}"),
         ("server RSS", _rss(f["rss"])),
     ]
     if "baseline_ttft_p99_s" in f:
-        rows.append(("unloaded TTFT p99", f"{_ms(f['baseline_ttft_p99_s'])} "
+        rows.append(("unloaded TTFT p99", f"{secs(f['baseline_ttft_p99_s'])} "
                                           f"(accepted under overload: {f['ttft_p99_ratio']:.2f}x)"))
     width = max(len(k) for k, _ in rows)
     lines = [head, *(f"  {k.ljust(width)}  {v}" for k, v in rows)]
@@ -70,14 +71,6 @@ def _finite(value: Any) -> Any:
 
 def _counts(d: dict[Any, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: str(kv[0])))
-
-
-def _ms(v: float) -> str:
-    if math.isnan(v):
-        return "n/a"
-    if math.isinf(v):
-        return "> 10 s"
-    return f"{v * 1000:.0f} ms" if v < 10 else f"{v:.1f} s"
 
 
 def _rss(r: dict[str, Any]) -> str:
