@@ -112,7 +112,10 @@ async def _run(plan: SoakPlan, overload: bool) -> RunResult:
 
 async def _model(client: httpx.AsyncClient) -> tuple[str, int]:
     """The default (first loaded) model's id and context length, from /v1/models."""
-    r = await client.get("/v1/models")
+    try:
+        r = await client.get("/v1/models")
+    except httpx.HTTPError as exc:
+        raise LocalInferError(f"cannot reach the server at {client.base_url}: {exc}") from exc
     if r.status_code != 200:
         raise LocalInferError(f"GET /v1/models answered {r.status_code}: {r.text[:200]}")
     cards = r.json().get("data") or []
