@@ -135,16 +135,29 @@ def test_engine_exception_fails_in_flight_and_keeps_serving() -> None:
 
 
 def test_queue_limit_and_shutdown() -> None:
-    loop = EngineLoop(make_engine(max_num_seqs=1), max_queue=2)  # not started: all stay queued
+    # not started: all stay queued; the first has the one running slot, two may wait for it
+    loop = EngineLoop(make_engine(max_num_seqs=1), max_queue=2)
+    loop.submit(PROMPTS[0], PARAMS)
+    loop.submit(PROMPTS[1], PARAMS)
+    loop.submit(PROMPTS[2], PARAMS)
+    with pytest.raises(QueueFullError):
+        loop.submit(PROMPTS[3], PARAMS)
+    loop.start()
+    loop.shutdown(drain_timeout=5)
+    assert loop.num_in_flight == 0
+    with pytest.raises(EngineStoppedError):
+        loop.submit(PROMPTS[0], PARAMS)
+
+
+def test_queue_limit_zero_admits_what_can_run_at_once() -> None:
+    # max_queue 0 once refused every request, the server's own warm-up included
+    loop = EngineLoop(make_engine(max_num_seqs=2), max_queue=0)  # not started
     loop.submit(PROMPTS[0], PARAMS)
     loop.submit(PROMPTS[1], PARAMS)
     with pytest.raises(QueueFullError):
         loop.submit(PROMPTS[2], PARAMS)
     loop.start()
     loop.shutdown(drain_timeout=5)
-    assert loop.num_in_flight == 0
-    with pytest.raises(EngineStoppedError):
-        loop.submit(PROMPTS[0], PARAMS)
 
 
 def test_shutdown_drains_in_flight() -> None:

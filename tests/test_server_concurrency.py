@@ -89,7 +89,9 @@ def test_24_queue_full_is_429_with_retry_after(tight) -> None:
     responses = asyncio.run(burst())
     statuses = sorted(r.status_code for r in responses)
     assert set(statuses) <= {200, 429} and statuses.count(429) >= 1, statuses
-    assert statuses.count(200) >= 3  # at least the queue limit gets in
+    # 4 running slots and a queue of 3: a burst at an idle server gets 7 in (found by
+    # `bench soak --overload`: the running slots counted as waiting, so only 3 got in)
+    assert statuses.count(200) >= 7, statuses
     for r in responses:
         if r.status_code == 429:
             assert int(r.headers["retry-after"]) >= 1

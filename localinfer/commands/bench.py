@@ -12,12 +12,16 @@ from localinfer.errors import BackendUnavailableError, InvalidRequestError
 
 
 def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
-    from localinfer.server import loadgen  # light: no HTTP client imported until it runs
+    from localinfer.bench.soak import main as soak  # light: no HTTP client imported until it runs
+    from localinfer.server import loadgen
 
-    p.add_argument("mode", nargs="?", choices=("serve", "chat"),
+    p.add_argument("mode", nargs="?", choices=("serve", "soak", "chat"),
                    help="'serve': load-test an OpenAI-compatible server (--url; see [serve]); "
+                        "'soak': minutes of mixed, abusive load on a server (--url, or one it "
+                        "starts with --model; see [soak]); "
                         "'chat': the chat app's visible decode rate vs the engine's")
     loadgen.add_arguments(p)
+    soak.add_arguments(p)
     p.add_argument("--model", "-m", help="catalog name or path to a .gguf file")
     add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="CPU threads, both sides (default: physical cores)")
@@ -54,6 +58,10 @@ def main(name: str, args: argparse.Namespace) -> int:
         from localinfer.server import loadgen
 
         return loadgen.main(args)
+    if mode == "soak":
+        from localinfer.bench.soak import main as soak
+
+        return soak.main(args)
     if getattr(args, "mode", None) == "chat":
         return _chat(args)
     if args.speculative is not None:

@@ -44,7 +44,8 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prefix-caching", action="store_true")
     add_speculative_arguments(p)
     p.add_argument("--max-queue", type=int,
-                   help="waiting requests before new ones get 429 (default: unbounded)")
+                   help="requests that may wait for a running slot before new ones get "
+                        "429 (0: only what can run at once; default: unbounded)")
     p.add_argument("--max-body-mb", type=float, default=8.0, help="request body limit")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="on SIGTERM, seconds in-flight requests may take to finish")

@@ -70,6 +70,7 @@ class RequestHandle:
         self._armed = False
         self.finished = False
         self.aborted = False  # set by any thread; the engine thread honours it
+        self.abort_time = 0.0  # time.perf_counter() when abort() was asked
 
     def _put(self, item: Any) -> None:  # called on the engine thread
         if self._paced:
@@ -152,6 +153,7 @@ class RequestHandle:
 
     def abort(self) -> None:
         if not self.finished and not self.aborted:
+            self.abort_time = time.perf_counter()
             self.aborted = True
             self._engine_loop.abort(self)
 
@@ -171,6 +173,9 @@ class EngineLoop:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="localinfer-engine", daemon=True)
         self.step_hook: Callable[[], None] | None = None  # tests inject faults here
+        # seconds from an abort being asked (a client gone) to its sequence's blocks being
+        # free, for each sequence the engine held: the wait is the engine step in progress
+        self.on_abort_freed: Callable[[float], None] | None = None
 
     def start(self) -> EngineLoop:
         self._thread.start()
@@ -191,10 +196,8 @@ class EngineLoop:
         it from the calling event loop; paced (with aio): through RequestHandle.batch."""
         if not self._accepting:
             raise EngineStoppedError("the engine is shutting down")
-        if self.max_queue is not None:
-            stats = self.stats()
-            if stats.num_waiting + self._num_queued >= self.max_queue:
-                raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
+        if self.max_queue is not None and self.num_waiting_for_a_slot() >= self.max_queue:
+            raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
         handle = RequestHandle(self, asyncio.get_running_loop() if aio else None, paced)
         params.validate()
         with self._count_lock:
@@ -226,12 +229,24 @@ class EngineLoop:
                 # the engine emits a final "abort" output on its next step, which ends
                 # the handle's stream; the blocks are free already
                 self.engine.abort_request(handle.seq_id)
+                if self.on_abort_freed is not None:
+                    self.on_abort_freed(time.perf_counter() - handle.abort_time)
+                self._publish_stats()  # /metrics shows the blocks free without a step
 
         self._send(do_abort)
 
     def stats(self) -> EngineStats:
         with self._stats_lock:
             return self._stats
+
+    def num_waiting_for_a_slot(self) -> int:
+        """Requests not running yet less the running slots free now (negative: slots left
+        over): what `max_queue` bounds, so 0 admits only what can run at once. A burst at an
+        idle engine runs max_num_seqs of its requests at once (found by `bench soak
+        --overload`: counting those as waiting refused requests that had a slot)."""
+        stats = self.stats()
+        free = max(self.engine.config.max_num_seqs - stats.num_running, 0)
+        return stats.num_waiting + self._num_queued - free
 
     @property
     def num_queued(self) -> int:

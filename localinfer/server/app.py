@@ -51,7 +51,9 @@ def build_state(config: ServerConfig, *, model_path: Path | None = None,
     else:  # one named model stays loaded, as a one-model server always kept it
         keep_alive = FOREVER if len(names) == 1 else DEFAULT_KEEP_ALIVE
     pool = ModelPool(config, served, plan, keep_alive)
-    return ServerState(config=config, served=served, pool=pool, metrics=ServerMetrics())
+    metrics = ServerMetrics()
+    pool.on_abort_freed = metrics.abort_to_free.observe
+    return ServerState(config=config, served=served, pool=pool, metrics=metrics)
 
 
 def create_app(config: ServerConfig, *, model_path: Path | None = None,

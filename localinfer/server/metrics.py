@@ -1,10 +1,11 @@
 """Prometheus metrics, in a CollectorRegistry of the app's own (several apps, one process).
 
 Per-request figures (TTFT, time per output token, end-to-end latency, HTTP status counts) are
-observed by the routes; engine figures (queue, running, KV blocks, prefix-cache hit rate, token
-totals, speculative decoding's guessed and accepted tokens and verifications) are read from
-each loaded model's engine loop's latest stats snapshot at scrape time, labelled with the
-model's id (`model="..."`); a model's counters start again from 0 when it is reloaded.
+observed by the routes, abort-to-free seconds by the engine loops' threads; engine figures
+(queue, running, KV blocks, prefix-cache hit rate, token totals, speculative decoding's guessed
+and accepted tokens and verifications) are read from each loaded model's engine loop's latest
+stats snapshot at scrape time, labelled with the model's id (`model="..."`); a model's counters
+start again from 0 when it is reloaded.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160)
+# a free waits at most for the engine step in progress: milliseconds, a second is too slow
+_ABORT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.175, 0.25, 0.375, 0.5, 0.75,
+                  1, 1.5, 2.5, 5, 10)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 
 
@@ -35,6 +39,10 @@ class ServerMetrics:
         self.e2e = Histogram("localinfer_e2e_request_latency_seconds",
                              "Request arrival to last token", buckets=_LATENCY_BUCKETS,
                              registry=self.registry)
+        self.abort_to_free = Histogram(
+            "localinfer_abort_to_free_seconds",
+            "A request's abort (client gone, timeout, shutdown) to its KV blocks being free, "
+            "per sequence the engine held", buckets=_ABORT_BUCKETS, registry=self.registry)
 
     def watch_engines(self, source: Callable[[], list[tuple[str, Any, int, int]]]) -> None:
         """`source()` lists (model id, EngineStats, queued-not-admitted count, http requests

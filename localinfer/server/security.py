@@ -2,10 +2,16 @@
 
 A pure ASGI middleware (not BaseHTTPMiddleware, which would break streaming and disconnect
 detection). Order of checks: Host → API key → declared body size. `/health` needs no key.
+
+An oversized body is answered 413 and then read to its end and dropped (at most DRAIN_BYTES,
+stopping when the client pauses DRAIN_IDLE_S): closing a socket with unread bytes makes the
+kernel reset the connection, and a client still sending its body then sees a connection error
+instead of the 413 — which the openai client retries, the load it was refused coming back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -17,6 +23,9 @@ from localinfer.server.config import LOOPBACK_NAMES, ServerConfig
 from localinfer.server.protocol import APIError, parse_json_object
 
 PUBLIC_PATHS = frozenset({"/health"})
+DRAIN_BYTES = 64 << 20
+DRAIN_IDLE_S = 1.0
+DRAIN_TOTAL_S = 10.0
 _WILDCARD_BINDS = ("0.0.0.0", "::", "")
 
 
@@ -63,7 +72,7 @@ class GuardMiddleware:
                    for k, v in scope.get("headers", [])}
         error = self._check(scope, headers)
         if error is not None:
-            await send_error(send, error)
+            await send_error(send, error, receive if error.status == 413 else None)
             return
         await self.app(scope, receive, send)
 
@@ -93,16 +102,42 @@ class GuardMiddleware:
 def too_large(limit: int) -> APIError:
     return APIError(413, f"request body is larger than the limit of {limit} bytes",
                     code="request_too_large",
-                    headers={"Connection": "close"})  # the unread rest is not worth draining
+                    headers={"Connection": "close"})  # drained (bounded), then closed
 
 
-async def send_error(send: Any, error: APIError) -> None:
+async def send_error(send: Any, error: APIError, drain_from: Any = None) -> None:
+    """The error response; with `drain_from` (the request's receive), the unread request body
+    is drained after the answer is written and before the response (and the connection) ends,
+    so the client can read the answer whatever it was still sending."""
     body = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": drain_from is not None})
+    if drain_from is not None:
+        await drain(drain_from)
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def drain(receive: Any) -> None:
+    """Read and drop the rest of a request body (see the module's policy for the bounds)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + DRAIN_TOTAL_S
+    size = 0
+    while size < DRAIN_BYTES:
+        timeout = min(DRAIN_IDLE_S, end - loop.time())
+        if timeout <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), timeout)
+        except TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
@@ -116,6 +151,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
+            await drain(request.receive)
             raise too_large(limit)
         chunks.append(chunk)
     return parse_json_object(b"".join(chunks))

@@ -47,6 +47,8 @@ class ModelPool:
         self.closed = False
         self._aio: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # each engine loop reports its abort-to-free seconds here (ServerMetrics)
+        self.on_abort_freed: Any = None
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -147,7 +149,9 @@ class ModelPool:
                   enable_prefix_caching=cfg.enable_prefix_caching,
                   backend_options=cfg.backend_options, progress=False, **cfg.speculative)
         try:
-            loop = EngineLoop(llm.engine, max_queue=cfg.max_queue).start()
+            loop = EngineLoop(llm.engine, max_queue=cfg.max_queue)
+            loop.on_abort_freed = self.on_abort_freed
+            loop.start()
             if cfg.warmup:  # compile (or load from cache) every kernel before the first request
                 params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
                 for _ in loop.submit(llm.encode("Hello"), params):
