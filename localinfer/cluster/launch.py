@@ -1,0 +1,117 @@
+"""`localinfer serve --ray`: the Serve application (ingress + engine replicas) and its run.
+
+Sizing policy:
+- each engine replica reserves `threads_per_replica` CPUs from Ray (num_cpus) and runs its
+  kernels on that many threads; Serve sends it at most max_num_seqs requests at once (one
+  engine batch: max_ongoing_requests), the rest wait in the ingress's router;
+- fixed `replicas`, or autoscaling between `min_replicas` and `max_replicas` on queue length:
+  Serve adds a replica when the requests per replica (running + waiting in the router) stay
+  above a full batch, and removes one when they stay below;
+- the ingress takes no CPU reservation (it tokenizes and forwards) and any number of streams.
+The HTTP port is Serve's proxy on the head node, bound to the server's --host/--port.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from localinfer.server.config import ServerConfig
+
+log = logging.getLogger("localinfer.cluster")
+INGRESS_MAX_ONGOING = 10_000  # streams the ingress may hold; the engines are the limit
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    replicas: int | None = 1
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    threads_per_replica: int = 1
+    address: str | None = None  # None: start a one-machine Ray; "auto": join the running one
+    router: str = "prefix"  # or "round-robin" (ray_router.ROUTERS)
+    imbalance_threshold: int | None = None  # routing.DEFAULT_THRESHOLD when None
+
+
+def scaling(config: ServerConfig, options: ClusterOptions) -> dict[str, Any]:
+    """The engine deployment's replica count or autoscaling config."""
+    if options.min_replicas is None and options.max_replicas is None:
+        return {"num_replicas": options.replicas or 1}
+    low = options.min_replicas if options.min_replicas is not None else 1
+    high = options.max_replicas if options.max_replicas is not None else max(low, 1)
+    return {"autoscaling_config": {
+        "min_replicas": low, "max_replicas": high, "initial_replicas": max(low, 1),
+        "target_ongoing_requests": config.max_num_seqs,
+        "upscale_delay_s": 5.0, "downscale_delay_s": 60.0}}
+
+
+def build_application(config: ServerConfig, model: str, options: ClusterOptions) -> Any:
+    from ray import serve
+    from ray.serve.config import RequestRouterConfig
+
+    from localinfer.cluster.ingress import ENGINE_DEPLOYMENT, Ingress
+    from localinfer.cluster.ray_router import ROUTERS
+    from localinfer.cluster.replica import EngineReplica
+
+    kwargs = ({"threshold": options.imbalance_threshold}
+              if options.imbalance_threshold is not None and options.router == "prefix" else {})
+    engine = serve.deployment(
+        EngineReplica, name=ENGINE_DEPLOYMENT,
+        ray_actor_options={"num_cpus": options.threads_per_replica},
+        max_ongoing_requests=config.max_num_seqs,
+        request_router_config=RequestRouterConfig(request_router_class=ROUTERS[options.router],
+                                                  request_router_kwargs=kwargs),
+        **scaling(config, options))
+    replica_config = _with(config, threads=options.threads_per_replica)
+    ingress = serve.deployment(serve.ingress()(Ingress), name="ingress", num_replicas=1,
+                               ray_actor_options={"num_cpus": 0},
+                               max_ongoing_requests=INGRESS_MAX_ONGOING)
+    return ingress.bind(config, engine.bind(replica_config, model))
+
+
+def start(config: ServerConfig, model: str, options: ClusterOptions) -> None:
+    """Join or start Ray, run the application with its HTTP proxy on config.host:port."""
+    import ray
+    from ray import serve
+
+    from localinfer.cluster.ingress import APP_NAME
+
+    if not ray.is_initialized():
+        ray.init(address=options.address, include_dashboard=False,
+                 logging_level=logging.WARNING)
+    serve.start(http_options={"host": config.host, "port": config.port},
+                proxy_location="HeadOnly")
+    serve.run(build_application(config, model, options), name=APP_NAME, route_prefix="/",
+              blocking=False)
+
+
+def run(config: ServerConfig, model: str, options: ClusterOptions) -> None:
+    """`serve --ray` in the foreground: until SIGINT/SIGTERM, then Serve shuts down (streams
+    in flight end) and a Ray started here stops."""
+    import ray
+    from ray import serve
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    start(config, model, options)
+    log.info("serving on http://%s:%d (Ray Serve)", config.host, config.port)
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        log.info("shutting down")
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _with(config: ServerConfig, **changes: Any) -> ServerConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
