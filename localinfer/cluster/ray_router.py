@@ -14,7 +14,6 @@ from collections import Counter
 from typing import Any
 
 from ray.serve.request_router import (
-    FIFOMixin,
     PendingRequest,
     ReplicaID,
     RequestRouter,
@@ -36,8 +35,9 @@ def request_prefix(pending: PendingRequest | None) -> tuple[int, ...]:
     return tuple(pending.kwargs.get("prefix") or ())
 
 
-class _CountingRouter(FIFOMixin, RequestRouter):
-    """Counts each replica's requests routed and not yet completed."""
+class _CountingRouter(RequestRouter):
+    """Counts each replica's requests routed and not yet completed. Not FIFOMixin: a replica
+    chosen for a request's prefix must serve that request, not the oldest one waiting."""
 
     def initialize_state(self, **kwargs: Any) -> None:
         self.load: Counter[str] = Counter()

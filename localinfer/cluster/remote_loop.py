@@ -88,7 +88,12 @@ class RemoteHandle:
                     raise
                 except RayError as exc:
                     if self.replica.done() or self.attempts >= MAX_ATTEMPTS:
-                        self._queue.put_nowait(exc)
+                        log.warning("request %s: replica %s failed: %s", self._request_id,
+                                    self._replica_of_attempt, exc)
+                        # the client learns which replica, not Ray's addresses and pids
+                        self._queue.put_nowait(RuntimeError(
+                            f"engine replica {self._replica_of_attempt} failed "
+                            f"({type(exc).__name__})"))
                         return
                     log.warning("request %s: replica failed before it started (%s); "
                                 "sending it to another", self._request_id, type(exc).__name__)
