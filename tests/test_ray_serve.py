@@ -44,10 +44,22 @@ def cluster(smollm2_path: Path):
         start(config, str(smollm2_path), ClusterOptions(replicas=2, threads_per_replica=1))
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url)
+        wait_replicas(url, 2)
         yield url
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def wait_replicas(url: str, n: int, timeout: float = 120) -> None:
+    """Until /health reports exactly `n` engine replicas running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = httpx.get(f"{url}/health", timeout=30)
+        if r.status_code == 200 and r.json()["replicas"] == {"RUNNING": n}:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"not {n} replicas running: {r.text}")
 
 
 def client(url: str) -> openai.OpenAI:
@@ -190,14 +202,7 @@ def test_a_replica_killed_mid_load_loses_no_request_that_had_not_started(cluster
     finished = [r for r in results.values() if r[2] is None]
     assert len(finished) + len(cut) == 16 and all(r[1] > 0 for r in finished)
     # Serve replaces the dead replica; the service is whole again
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{cluster}/health", timeout=30)
-        if r.status_code == 200 and r.json()["replicas"] == {"RUNNING": 2}:
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"no recovery: {r.text}")
+    wait_replicas(cluster, 2)
     new = replica_pids()
     assert victim not in new and len(new) == 2
     for i in range(4):

@@ -9,6 +9,7 @@ The context length is the replicas' (their KV pool may cap it below the configur
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,11 @@ class RemotePool(ModelPool):
     def _estimate(self, path: Path) -> ModelNeed:
         return ModelNeed(weights_bytes=0, kv_bytes=0)  # the replicas hold the memory
 
-    def _open(self, path: Path) -> tuple[Any, Any]:
+    async def _open_async(self, path: Path) -> tuple[Any, Any]:
         assert self.engine is not None
-        info = self.engine.info.remote().result(timeout_s=INFO_TIMEOUT_S)
-        llm = PromptSide(path, info.max_model_len)
+        # on the event loop: Serve's handles may route on it (no router thread of their own)
+        info = await asyncio.wait_for(self.engine.info.remote(), INFO_TIMEOUT_S)
+        llm = await asyncio.to_thread(PromptSide, path, info.max_model_len)
         return llm, RemoteLoop(self.engine, llm.engine.continuations, info.block_size)
 
     def engine_snapshots(self) -> list[tuple[Any, Any, int, int]]:

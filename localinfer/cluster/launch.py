@@ -7,8 +7,8 @@ Sizing policy:
 - fixed `replicas`, or autoscaling between `min_replicas` and `max_replicas` on queue length:
   Serve adds a replica when the requests per replica (running + waiting in the router) stay
   above a full batch, and removes one when they stay below;
-- the ingress takes no CPU reservation (it tokenizes and forwards) and any number of streams.
-The HTTP port is Serve's proxy on the head node, bound to the server's --host/--port.
+- the ingress takes no CPU reservation (it tokenizes and forwards); it runs on the head node
+  and serves HTTP on the server's --host/--port itself (ingress.py says why not Serve's proxy).
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from typing import Any
 from localinfer.server.config import ServerConfig
 
 log = logging.getLogger("localinfer.cluster")
-INGRESS_MAX_ONGOING = 10_000  # streams the ingress may hold; the engines are the limit
+HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray's marker resource of the head node
+# Serve runs a replica's methods on an event loop thread of their own: each output would cross
+# threads once more. The engine's generate never blocks its loop (the engine has its thread).
+ENGINE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +64,19 @@ def build_application(config: ServerConfig, model: str, options: ClusterOptions)
               if options.imbalance_threshold is not None and options.router == "prefix" else {})
     engine = serve.deployment(
         EngineReplica, name=ENGINE_DEPLOYMENT,
-        ray_actor_options={"num_cpus": options.threads_per_replica},
-        max_ongoing_requests=config.max_num_seqs,
+        ray_actor_options={"num_cpus": options.threads_per_replica,
+                           "runtime_env": {"env_vars": ENGINE_ENV}},
+        max_ongoing_requests=config.max_num_seqs, logging_config=_logging(config),
         request_router_config=RequestRouterConfig(request_router_class=ROUTERS[options.router],
                                                   request_router_kwargs=kwargs),
         **scaling(config, options))
     replica_config = _with(config, threads=options.threads_per_replica)
-    ingress = serve.deployment(serve.ingress()(Ingress), name="ingress", num_replicas=1,
-                               ray_actor_options={"num_cpus": 0},
-                               max_ongoing_requests=INGRESS_MAX_ONGOING)
+    # on the head node, where --host/--port are; no CPU reserved (it tokenizes and forwards)
+    ingress = serve.deployment(Ingress, name="ingress", num_replicas=1,
+                               ray_actor_options={"num_cpus": 0,
+                                                  "resources": {HEAD_NODE_RESOURCE: 0.001}},
+                               graceful_shutdown_timeout_s=config.drain_timeout + 10,
+                               logging_config=_logging(config))
     return ingress.bind(config, engine.bind(replica_config, model))
 
 
@@ -83,9 +90,8 @@ def start(config: ServerConfig, model: str, options: ClusterOptions) -> None:
     if not ray.is_initialized():
         ray.init(address=options.address, include_dashboard=False,
                  logging_level=logging.WARNING)
-    serve.start(http_options={"host": config.host, "port": config.port},
-                proxy_location="HeadOnly")
-    serve.run(build_application(config, model, options), name=APP_NAME, route_prefix="/",
+    serve.start(proxy_location="Disabled")  # the ingress serves HTTP itself (ingress.py)
+    serve.run(build_application(config, model, options), name=APP_NAME, route_prefix=None,
               blocking=False)
 
 
@@ -109,6 +115,13 @@ def run(config: ServerConfig, model: str, options: ClusterOptions) -> None:
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def _logging(config: ServerConfig) -> dict[str, Any]:
+    """Serve's per-call access log line costs every request a write (and a trip to the
+    driver's console); it follows --log-level debug only."""
+    return {"log_level": config.log_level.upper(),
+            "enable_access_log": config.log_level == "debug"}
 
 
 def _with(config: ServerConfig, **changes: Any) -> ServerConfig:

@@ -91,9 +91,9 @@ class RemoteHandle:
                         log.warning("request %s: replica %s failed: %s", self._request_id,
                                     self._replica_of_attempt, exc)
                         # the client learns which replica, not Ray's addresses and pids
+                        which = self._replica_of_attempt or "(not known yet)"
                         self._queue.put_nowait(RuntimeError(
-                            f"engine replica {self._replica_of_attempt} failed "
-                            f"({type(exc).__name__})"))
+                            f"engine replica {which} failed ({type(exc).__name__})"))
                         return
                     log.warning("request %s: replica failed before it started (%s); "
                                 "sending it to another", self._request_id, type(exc).__name__)
@@ -105,19 +105,18 @@ class RemoteHandle:
 
     def _take(self, item: tuple[Any, ...], generated: list[int]) -> None:
         kind = item[0]
+        self._replica_of_attempt = item[-1] if kind == "error" else item[2]
         if kind == "out":
             out: RequestOutput = item[1]
             if not self.replica.done():
                 self.replica.set_result(self._replica_of_attempt)
             generated.extend(out.token_ids)
+            snap: ReplicaSnapshot | None = item[3]
+            if snap is not None:
+                self._loop.replica_stats[snap.replica] = snap
             if out.finished and out.finish_reason in ("stop", "length"):
                 self._loop.continuations.remember(self._ids + generated)
             self._queue.put_nowait(out)
-        elif kind == "replica":
-            self._replica_of_attempt = item[1]
-        elif kind == "stats":
-            snap: ReplicaSnapshot = item[1]
-            self._loop.replica_stats[snap.replica] = snap
         elif kind == "error":
             self._queue.put_nowait(_error(item[1], item[2]))
 

@@ -1,13 +1,13 @@
 """EngineReplica: one engine (LLM + EngineLoop) in a Ray Serve replica.
 
 `generate` is a streaming method (the ingress calls it through a streaming deployment
-handle). It yields tagged tuples, so that nothing but plain data crosses the process line:
-- ("replica", id, pid) first, as soon as the replica has the request;
-- ("out", RequestOutput) for each engine output;
-- ("error", kind, message) when the request fails here: kind "invalid" (the engine refused the
-  request: the client's fault), "queue_full", "stopped" (shutting down) or "failure";
-- ("stats", ReplicaSnapshot) last: the replica's engine figures once the request is done,
-  which the ingress keeps for its /metrics.
+handle). It yields tagged tuples, so that nothing but plain data crosses the process line, and
+one item per engine output (each item is a message between processes, the cost that counts):
+- ("out", RequestOutput, replica id, ReplicaSnapshot | None): an engine output; the last one
+  carries the replica's engine figures once the request is done, for the ingress's /metrics;
+- ("error", kind, message, replica id) when the request fails here: kind "invalid" (the engine
+  refused the request: the client's fault), "queue_full", "stopped" (shutting down) or
+  "failure".
 Cancelling the stream (client gone, ingress aborting) aborts the engine sequence.
 """
 
@@ -70,37 +70,37 @@ class EngineReplica:
                            int(self.llm.engine.max_model_len),
                            int(self.llm.engine_config.block_size))
 
-    def snapshot(self) -> ReplicaSnapshot:
+    def snapshot(self, ending: int = 0) -> ReplicaSnapshot:
+        """The engine's figures; `ending`: requests counted in flight that are done."""
         return ReplicaSnapshot(self.replica, self.loop.stats(), self.loop.num_queued,
-                               self.in_flight)
+                               self.in_flight - ending)
 
     async def generate(self, ids: list[int], params: SamplingParams, request_id: str,
                        prefix: Sequence[int] = ()) -> AsyncIterator[tuple[Any, ...]]:
         """`prefix` is the router's (ray_router.request_prefix); unused here."""
-        yield ("replica", self.replica, os.getpid())
         try:
             handle = self.loop.submit(ids, params, request_id, aio=True)
         except QueueFullError as exc:
-            yield ("error", "queue_full", str(exc))
+            yield ("error", "queue_full", str(exc), self.replica)
             return
         except EngineStoppedError as exc:
-            yield ("error", "stopped", str(exc))
+            yield ("error", "stopped", str(exc), self.replica)
             return
         except InvalidRequestError as exc:
-            yield ("error", "invalid", str(exc))
+            yield ("error", "invalid", str(exc), self.replica)
             return
         self.in_flight += 1
         try:
             async for out in handle:
-                yield ("out", out)
+                snap = self.snapshot(ending=1) if out.finished else None
+                yield ("out", out, self.replica, snap)
         except EngineFailure as exc:
             cause = exc.__cause__
             kind = "invalid" if isinstance(cause, InvalidRequestError) else "failure"
-            yield ("error", kind, str(cause or exc))
+            yield ("error", kind, str(cause or exc), self.replica)
         finally:
             handle.abort()  # a no-op once finished; frees the sequence if cancelled
             self.in_flight -= 1
-        yield ("stats", self.snapshot())
 
     def __del__(self) -> None:
         loop = getattr(self, "loop", None)

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="[serve] per-request timeout")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="[serve] do not send ignore_eos (outputs may then be shorter)")
+    from localinfer.server import chat_load
+
+    chat_load.add_arguments(p)
 
 
 @dataclass(slots=True)
@@ -195,6 +198,8 @@ def main(args: argparse.Namespace) -> int:
     if any(c < 1 for c in levels) or args.prompt_len < 1 or args.max_tokens < 1:
         raise InvalidRequestError("--concurrency, --prompt-len and --max-tokens must be >= 1")
     model = getattr(args, "model", None)
+    if getattr(args, "chats", None) is not None:
+        return _chats(args, levels, model)
     results = []
     for c in levels:
         result = asyncio.run(run_once(args, c, model))
@@ -204,6 +209,29 @@ def main(args: argparse.Namespace) -> int:
     print(f"bench serve: {args.url}, prompts ~{args.prompt_len} tokens, "
           f"{args.max_tokens} output tokens")
     print(format_table(results))
+    out = getattr(args, "json", None)
+    if out is not None:
+        Path(out).write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0
+
+
+def _chats(args: argparse.Namespace, levels: list[int], model: str | None) -> int:
+    from localinfer.errors import InvalidRequestError
+    from localinfer.server import chat_load
+
+    if min(args.chats, args.turns, args.system_prompts, args.system_len, args.user_len) < 1:
+        raise InvalidRequestError("--chats, --turns, --system-prompts, --system-len and "
+                                  "--user-len must be >= 1")
+    results = []
+    for c in levels:
+        result = asyncio.run(chat_load.run_chats(args, c, model))
+        results.append(result)
+        for e in result.errors:
+            print(f"  error: {e}")
+    print(f"bench serve --chats: {args.url}, {args.chats} chats x {args.turns} turns, "
+          f"{args.system_prompts} system prompts of ~{args.system_len} tokens, user turns "
+          f"~{args.user_len} tokens, {args.max_tokens} output tokens")
+    print(chat_load.format_chat_table(results))
     out = getattr(args, "json", None)
     if out is not None:
         Path(out).write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -102,7 +102,7 @@ class ModelPool:
             slot.need = need = await asyncio.to_thread(self._estimate, path)
             await self._make_room(slot, need.total)
             self.plan.reserve(slot, need.total)
-            llm, loop = await asyncio.to_thread(self._open, path)
+            llm, loop = await self._open_async(path)
             slot.llm, slot.loop = llm, loop
             if self.closed or self.slots.get(slot.id) is not slot:  # shut down meanwhile
                 await asyncio.to_thread(slot.close)
@@ -139,6 +139,9 @@ class ModelPool:
             victim = min(idle, key=lambda s: s.last_used)
             log.info("unloading idle model %s to make room for %s", victim.id, slot.id)
             await self.unload(victim)
+
+    async def _open_async(self, path: Path) -> tuple[Any, Any]:
+        return await asyncio.to_thread(self._open, path)
 
     def _open(self, path: Path) -> tuple[Any, Any]:
         return open_engine(self.config, path, self.on_abort_freed)
