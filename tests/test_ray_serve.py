@@ -112,6 +112,22 @@ def test_shared_system_prompt_lands_on_one_replica_with_cache_hits(cluster: str)
              f'replica="{served[0]}"}}'] >= 5 * 32
 
 
+def test_a_chats_next_turn_reuses_its_history_on_the_same_replica(cluster: str) -> None:
+    messages = [{"role": "system", "content": f"Turns. {SYSTEM}"},
+                {"role": "user", "content": "Name three rivers in Africa."}]
+    first = client(cluster).chat.completions.with_raw_response.create(
+        model=MODEL, max_tokens=24, temperature=0, messages=messages)
+    answer = first.parse()
+    messages += [{"role": "assistant", "content": answer.choices[0].message.content},
+                 {"role": "user", "content": "And in Asia?"}]
+    second = client(cluster).chat.completions.with_raw_response.create(
+        model=MODEL, max_tokens=4, temperature=0, messages=messages)
+    assert second.headers[HEADER] == first.headers[HEADER]
+    history = answer.usage.prompt_tokens + answer.usage.completion_tokens
+    cached = second.parse().usage.prompt_tokens_details.cached_tokens
+    assert cached >= (history // 16 - 1) * 16, (cached, history)  # all but a partial block
+
+
 def test_different_prefixes_spread_over_both_replicas(cluster: str) -> None:
     served = Counter([chat(cluster, f"{name} says: {SYSTEM}", "Hello")[0]
                          for name in ("Ada", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Hal",
