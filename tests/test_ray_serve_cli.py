@@ -54,3 +54,31 @@ def test_bench_serve_chats_reports_later_turns_and_cache_hits(server, capsys, tm
 def test_bench_serve_chats_refuses_zero_turns(server, capsys) -> None:
     rc = cli.main(["bench", "serve", "--url", server.url, "--chats", "2", "--turns", "0"])
     assert rc != 0 and "--turns" in capsys.readouterr().err
+
+
+def test_serve_ray_runs_until_sigterm(smollm2_path) -> None:
+    """The command itself: a one-machine Ray (token-protected), one replica, the openai client
+    through it, then SIGTERM stops Serve and Ray and the command exits 0."""
+    pytest.importorskip("ray")
+    import signal
+
+    import openai
+    from server_harness import free_port, wait_healthy
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localinfer", "serve", "--ray", "--replicas", "1",
+         "--threads-per-replica", "1", "-m", str(smollm2_path), "--ctx", "512",
+         "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, timeout=300, proc=proc)
+        raw = openai.OpenAI(base_url=f"{url}/v1", api_key="x").chat.completions \
+            .with_raw_response.create(model=smollm2_path.stem, max_tokens=3,
+                                      messages=[{"role": "user", "content": "Hi"}])
+        assert raw.headers["x-localinfer-replica"] and raw.parse().usage.completion_tokens == 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]

@@ -81,7 +81,12 @@ def build_application(config: ServerConfig, model: str, options: ClusterOptions)
 
 
 def start(config: ServerConfig, model: str, options: ClusterOptions) -> None:
-    """Join or start Ray, run the application with its HTTP proxy on config.host:port."""
+    """Join or start Ray (unless this process has already), run the application; the
+    ingress serves HTTP on config.host:port."""
+    import sys
+
+    if options.address is None and "ray" not in sys.modules:
+        require_token()  # Ray reads it when first imported
     import ray
     from ray import serve
 
@@ -95,6 +100,19 @@ def start(config: ServerConfig, model: str, options: ClusterOptions) -> None:
               blocking=False)
 
 
+def require_token() -> None:
+    """A Ray started here listens on every interface (Ray has no loopback-only mode), and
+    whoever reaches its ports can run code in it: turn on Ray's token authentication with a
+    fresh random token, unless the environment already chose (RAY_AUTH_MODE). Processes of
+    this Ray inherit it; nothing outside them knows it."""
+    import os
+    import secrets
+
+    if "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
 def run(config: ServerConfig, model: str, options: ClusterOptions) -> None:
     """`serve --ray` in the foreground: until SIGINT/SIGTERM, then Serve shuts down (streams
     in flight end) and a Ray started here stops."""
@@ -104,8 +122,8 @@ def run(config: ServerConfig, model: str, options: ClusterOptions) -> None:
     def stop(sig: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
     start(config, model, options)
+    signal.signal(signal.SIGTERM, stop)  # after ray.init, which installs a handler of its own
     log.info("serving on http://%s:%d (Ray Serve)", config.host, config.port)
     try:
         while True:
