@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from localinfer.server.loadgen import make_prompt, percentile
+from localinfer.server.loadgen import make_prompt, markdown_table, percentile
 
 REPLICA_HEADER = "x-localinfer-replica"
 
@@ -176,13 +176,15 @@ async def run_chats(args: argparse.Namespace, concurrency: int, model: str | Non
 
 
 def format_chat_table(results: list[ChatResult]) -> str:
-    head = ("| concurrency | chats x turns | failed | wall | TTFT p50 turn 1 | TTFT p99 turn 1 "
-            "| TTFT p50 later | TTFT p99 later | prefix-cache hit rate | cached share later "
-            "| replicas |")
-    rows = [head, "|" + "---|" * 11]
-    for r in results:
-        rows.append(f"| {r.concurrency} | {r.chats} x {r.turns} | {r.failed} | {r.wall_s:.1f} s "
-                    f"| {r.first_ttft_p50_s * 1e3:.0f} ms | {r.first_ttft_p99_s * 1e3:.0f} ms "
-                    f"| {r.later_ttft_p50_s * 1e3:.0f} ms | {r.later_ttft_p99_s * 1e3:.0f} ms "
-                    f"| {r.hit_rate:.1%} | {r.client_cached_share:.1%} | {r.replicas} |")
-    return "\n".join(rows)
+    head = ["concurrency", "chats x turns", "failed", "wall", "TTFT p50 turn 1",
+            "TTFT p99 turn 1", "TTFT p50 later", "TTFT p99 later", "prefix-cache hit rate",
+            "cached share later", "replicas"]
+    return markdown_table(head, [
+        [str(r.concurrency), f"{r.chats} x {r.turns}", str(r.failed), f"{r.wall_s:.1f} s",
+         _ms(r.first_ttft_p50_s), _ms(r.first_ttft_p99_s), _ms(r.later_ttft_p50_s),
+         _ms(r.later_ttft_p99_s), f"{r.hit_rate:.1%}", f"{r.client_cached_share:.1%}",
+         str(r.replicas)] for r in results])
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"

@@ -174,16 +174,20 @@ async def run_once(args: argparse.Namespace, concurrency: int, model: str | None
     )
 
 
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def format_table(results: list[RunResult]) -> str:
-    head = ("| concurrency | requests | failed | output tok/s | TTFT p50 | TTFT p99 | "
-            "latency p50 | latency p99 | prompt tok | output tok |")
-    rows = [head, "|" + "---|" * 10]
-    for r in results:
-        rows.append(f"| {r.concurrency} | {r.requests} | {r.failed} | {r.output_tok_s:.1f} | "
-                    f"{r.ttft_p50_s:.2f} s | {r.ttft_p99_s:.2f} s | {r.latency_p50_s:.2f} s | "
-                    f"{r.latency_p99_s:.2f} s | {r.mean_prompt_tokens:.0f} | "
-                    f"{r.mean_output_tokens:.0f} |")
-    return "\n".join(rows)
+    head = ["concurrency", "requests", "failed", "output tok/s", "TTFT p50", "TTFT p99",
+            "latency p50", "latency p99", "prompt tok", "output tok"]
+    return markdown_table(head, [
+        [str(r.concurrency), str(r.requests), str(r.failed), f"{r.output_tok_s:.1f}",
+         f"{r.ttft_p50_s:.2f} s", f"{r.ttft_p99_s:.2f} s", f"{r.latency_p50_s:.2f} s",
+         f"{r.latency_p99_s:.2f} s", f"{r.mean_prompt_tokens:.0f}",
+         f"{r.mean_output_tokens:.0f}"] for r in results])
 
 
 def main(args: argparse.Namespace) -> int:
