@@ -56,28 +56,44 @@ def test_bench_serve_chats_refuses_zero_turns(server, capsys) -> None:
     assert rc != 0 and "--turns" in capsys.readouterr().err
 
 
-def test_serve_ray_runs_until_sigterm(smollm2_path) -> None:
-    """The command itself: a one-machine Ray (token-protected), one replica, the openai client
-    through it, then SIGTERM stops Serve and Ray and the command exits 0."""
+def test_serve_ray_autoscales_and_runs_until_sigterm(smollm2_path) -> None:
+    """The command itself: a one-machine Ray (token-protected) autoscaling 1..2 replicas of a
+    one-sequence batch; the openai client through it; a queue of requests brings the second
+    replica up; SIGTERM then stops Serve and Ray and the command exits 0."""
     pytest.importorskip("ray")
+    import concurrent.futures
     import signal
+    import time
 
+    import httpx
     import openai
     from server_harness import free_port, wait_healthy
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "localinfer", "serve", "--ray", "--replicas", "1",
-         "--threads-per-replica", "1", "-m", str(smollm2_path), "--ctx", "512",
-         "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "localinfer", "serve", "--ray", "--min-replicas", "1",
+         "--max-replicas", "2", "--threads-per-replica", "1", "--max-num-seqs", "1",
+         "-m", str(smollm2_path), "--ctx", "512", "--port", str(port), "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, timeout=300, proc=proc)
-        raw = openai.OpenAI(base_url=f"{url}/v1", api_key="x").chat.completions \
-            .with_raw_response.create(model=smollm2_path.stem, max_tokens=3,
-                                      messages=[{"role": "user", "content": "Hi"}])
-        assert raw.headers["x-localinfer-replica"] and raw.parse().usage.completion_tokens == 3
+        assert httpx.get(f"{url}/health").json()["replicas"] == {"RUNNING": 1}
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+
+        def ask(i: int) -> str:
+            raw = client.chat.completions.with_raw_response.create(
+                model=smollm2_path.stem, max_tokens=40, temperature=0, extra_body={
+                    "ignore_eos": True}, messages=[{"role": "user", "content": f"Hi {i}"}])
+            assert raw.parse().usage.completion_tokens == 40
+            return raw.headers["x-localinfer-replica"]
+
+        served: set[str] = set()
+        deadline = time.monotonic() + 90
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            while time.monotonic() < deadline and len(served) < 2:
+                served |= set(pool.map(ask, range(6)))
+        assert len(served) == 2, "the queue never brought a second replica up"
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
