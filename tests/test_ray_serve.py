@@ -135,7 +135,7 @@ def test_different_prefixes_spread_over_both_replicas(cluster: str) -> None:
     assert len(served) == 2 and min(served.values()) >= 2, served
 
 
-def test_a_stream_comes_through_the_ingress(cluster: str) -> None:
+def test_streams_and_the_ollama_api_come_through_the_ingress(cluster: str) -> None:
     with client(cluster).chat.completions.with_streaming_response.create(
             model=MODEL, max_tokens=6, temperature=0, stream=True,
             stream_options={"include_usage": True},
@@ -146,6 +146,11 @@ def test_a_stream_comes_through_the_ingress(cluster: str) -> None:
     assert text and chunks[-1].usage.completion_tokens == 6
     _, whole = chat(cluster, "", "Count to five", max_tokens=6)
     assert whole.usage.completion_tokens == 6
+    ollama = httpx.post(f"{cluster}/api/chat", timeout=60, json={
+        "model": MODEL, "stream": False, "options": {"num_predict": 3},
+        "messages": [{"role": "user", "content": "Count to five"}]})
+    assert ollama.status_code == 200 and ollama.json()["eval_count"] == 3
+    assert ollama.headers[HEADER] in replica_pids()
 
 
 BAD = [

@@ -13,6 +13,7 @@ Sizing policy:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import time
@@ -70,7 +71,7 @@ def build_application(config: ServerConfig, model: str, options: ClusterOptions)
         request_router_config=RequestRouterConfig(request_router_class=ROUTERS[options.router],
                                                   request_router_kwargs=kwargs),
         **scaling(config, options))
-    replica_config = _with(config, threads=options.threads_per_replica)
+    replica_config = dataclasses.replace(config, threads=options.threads_per_replica)
     # on the head node, where --host/--port are; no CPU reserved (it tokenizes and forwards)
     ingress = serve.deployment(Ingress, name="ingress", num_replicas=1,
                                ray_actor_options={"num_cpus": 0,
@@ -140,9 +141,3 @@ def _logging(config: ServerConfig) -> dict[str, Any]:
     driver's console); it follows --log-level debug only."""
     return {"log_level": config.log_level.upper(),
             "enable_access_log": config.log_level == "debug"}
-
-
-def _with(config: ServerConfig, **changes: Any) -> ServerConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, **changes)

@@ -52,6 +52,7 @@ class RemoteHandle:
         self.replica: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self.attempts = 0
         self.finished = False
+        self._replica_of_attempt: str | None = None  # the replica the last attempt reached
         self._task = asyncio.ensure_future(self._pump())
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
@@ -119,8 +120,6 @@ class RemoteHandle:
             self._queue.put_nowait(out)
         elif kind == "error":
             self._queue.put_nowait(_error(item[1], item[2]))
-
-    _replica_of_attempt: str | None = None
 
 
 def _error(kind: str, message: str) -> BaseException:
