@@ -26,6 +26,9 @@ def serve(*flags: str) -> subprocess.CompletedProcess:
     (["--ray", "--threads-per-replica", "0"], "--threads-per-replica: must be >= 1"),
     (["--ray", "-m", "a", "-m", "b"], "one model"),
     (["--ray", "--router", "random"], "invalid choice"),
+    (["--router-threshold", "2"], "--router-threshold needs --ray"),
+    (["--ray", "--router-threshold", "-1"], "--router-threshold is a number >= 0"),
+    (["--ray", "--router", "round-robin", "--router-threshold", "2"], "for --router prefix"),
 ])
 def test_bad_cluster_flags_are_refused_before_anything_starts(flags: list[str],
                                                               fragment: str) -> None:

@@ -71,6 +71,9 @@ def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
                    "default: start Ray on this machine only")
     g.add_argument("--router", choices=("prefix", "round-robin"), default="prefix",
                    help="replica choice: by prompt prefix (default) or round-robin")
+    g.add_argument("--router-threshold", type=int, metavar="N",
+                   help="prefix router: go to a less loaded replica when the prefix's one "
+                   "has more than N requests more (default: 4)")
 
 
 def main(name: str, args: argparse.Namespace) -> int:
@@ -127,7 +130,8 @@ def main(name: str, args: argparse.Namespace) -> int:
 
 
 def _reject_cluster_flags(args: argparse.Namespace) -> None:
-    for flag in ("replicas", "min_replicas", "max_replicas", "ray_address"):
+    for flag in ("replicas", "min_replicas", "max_replicas", "ray_address",
+                 "router_threshold"):
         if getattr(args, flag) is not None:
             raise InvalidRequestError(f"--{flag.replace('_', '-')} needs --ray")
 
@@ -151,6 +155,9 @@ def _serve_ray(config: Any, args: argparse.Namespace) -> int:
     if args.min_replicas is not None and args.min_replicas < 0:
         raise InvalidRequestError(f"invalid --min-replicas: must be >= 0, got "
                                   f"{args.min_replicas}")
+    if args.router_threshold is not None and (args.router_threshold < 0
+                                              or args.router != "prefix"):
+        raise InvalidRequestError("--router-threshold is a number >= 0 for --router prefix")
     if (args.min_replicas is not None and args.max_replicas is not None
             and args.min_replicas > args.max_replicas):
         raise InvalidRequestError("--min-replicas is larger than --max-replicas")
@@ -165,7 +172,7 @@ def _serve_ray(config: Any, args: argparse.Namespace) -> int:
     run(config, model, ClusterOptions(
         replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         threads_per_replica=args.threads_per_replica, address=args.ray_address,
-        router=args.router))
+        router=args.router, imbalance_threshold=args.router_threshold))
     return 0
 
 
