@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-HEAVY = ("numba", "torch", "llama_cpp", "textual", "fastapi", "llvmlite", "jinja2")
+HEAVY = ("numba", "torch", "llama_cpp", "textual", "fastapi", "llvmlite", "jinja2", "ray")
 
 
 def test_import_localinfer_is_light() -> None:

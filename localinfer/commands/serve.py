@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from typing import Any
 
 from localinfer.commands.backend_flags import add_backend_arguments, backend_options
 from localinfer.commands.speculative_flags import add_speculative_arguments, speculative_options
@@ -52,6 +53,27 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up generation")
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
+    add_cluster_arguments(p)
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (--ray; needs the [cluster] extra)")
+    g.add_argument("--ray", action="store_true",
+                   help="run engine replicas on Ray Serve behind one HTTP endpoint")
+    g.add_argument("--replicas", type=int, help="engine replicas (default: 1)")
+    g.add_argument("--min-replicas", type=int,
+                   help="autoscale on queue length from this many replicas")
+    g.add_argument("--max-replicas", type=int, help="autoscale up to this many replicas")
+    g.add_argument("--threads-per-replica", type=int, default=1, metavar="T",
+                   help="CPU threads (and Ray CPUs) per engine replica (default: 1)")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="join a running Ray cluster ('auto': the one on this node); "
+                   "default: start Ray on this machine only")
+    g.add_argument("--router", choices=("prefix", "round-robin"), default="prefix",
+                   help="replica choice: by prompt prefix (default) or round-robin")
+    g.add_argument("--router-threshold", type=int, metavar="N",
+                   help="prefix router: go to a less loaded replica when the prefix's one "
+                   "has more than N requests more (default: 4)")
 
 
 def main(name: str, args: argparse.Namespace) -> int:
@@ -87,6 +109,9 @@ def main(name: str, args: argparse.Namespace) -> int:
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         enable_prefix_caching=not args.no_prefix_caching, warmup=not args.no_warmup,
         log_level=args.log_level, speculative=speculative_options(args))
+    if args.ray:
+        return _serve_ray(config, args)
+    _reject_cluster_flags(args)
     catalog = Catalog.load()
     # fail fast on a missing file; a named catalog model is pulled now, with a bar
     paths = [catalog.resolve(m, progress=True) for m in args.model]
@@ -101,6 +126,53 @@ def main(name: str, args: argparse.Namespace) -> int:
     server.run()
     if server.failed:
         raise LocalInferError(f"the model failed to load: {server.state.load_error}")
+    return 0
+
+
+def _reject_cluster_flags(args: argparse.Namespace) -> None:
+    for flag in ("replicas", "min_replicas", "max_replicas", "ray_address",
+                 "router_threshold"):
+        if getattr(args, flag) is not None:
+            raise InvalidRequestError(f"--{flag.replace('_', '-')} needs --ray")
+
+
+def _serve_ray(config: Any, args: argparse.Namespace) -> int:
+    """Check the cluster flags, then run the Serve application until stopped."""
+    if importlib.util.find_spec("ray") is None:
+        raise BackendUnavailableError(
+            "`localinfer serve --ray` needs Ray Serve: pip install 'localinfer[cluster]'")
+    if len(args.model) > 1:
+        raise InvalidRequestError("--ray serves one model: give a single --model")
+    fixed = args.replicas is not None
+    scaled = args.min_replicas is not None or args.max_replicas is not None
+    if fixed and scaled:
+        raise InvalidRequestError("give --replicas or --min-replicas/--max-replicas, not both")
+    for flag in ("replicas", "max_replicas", "threads_per_replica"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise InvalidRequestError(f"invalid --{flag.replace('_', '-')}: must be >= 1, "
+                                      f"got {value}")
+    if args.min_replicas is not None and args.min_replicas < 0:
+        raise InvalidRequestError(f"invalid --min-replicas: must be >= 0, got "
+                                  f"{args.min_replicas}")
+    if args.router_threshold is not None and (args.router_threshold < 0
+                                              or args.router != "prefix"):
+        raise InvalidRequestError("--router-threshold is a number >= 0 for --router prefix")
+    if (args.min_replicas is not None and args.max_replicas is not None
+            and args.min_replicas > args.max_replicas):
+        raise InvalidRequestError("--min-replicas is larger than --max-replicas")
+    from localinfer.catalog import Catalog
+    from localinfer.cluster.launch import ClusterOptions, run
+
+    catalog = Catalog.load()
+    model = args.model[0] if args.model else catalog.default
+    catalog.resolve(model, progress=True)  # pulled on this node; the others need it too
+    config.model, config.models = model, [model]
+    _setup_logging(args.log_level)
+    run(config, model, ClusterOptions(
+        replicas=args.replicas, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+        threads_per_replica=args.threads_per_replica, address=args.ray_address,
+        router=args.router, imbalance_threshold=args.router_threshold))
     return 0
 
 

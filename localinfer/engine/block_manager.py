@@ -29,6 +29,23 @@ class Block:
 _ROOT_HASH = 0
 
 
+def block_hash(parent: int, tokens: tuple[int, ...]) -> int:
+    """A full block's prefix-cache key: its tokens chained with its parent block's key
+    (_ROOT_HASH for the first block). Python's hash of a tuple of ints is the same in every
+    process, so another process (a cluster's request router) computes the same keys."""
+    return hash((parent, tokens))
+
+
+def prefix_hashes(token_ids: list[int], block_size: int, limit: int) -> list[int]:
+    """The keys of the first `limit` full blocks of `token_ids`, as the cache registers them."""
+    keys: list[int] = []
+    parent = _ROOT_HASH
+    for i in range(min(len(token_ids) // block_size, limit)):
+        parent = block_hash(parent, tuple(token_ids[i * block_size:(i + 1) * block_size]))
+        keys.append(parent)
+    return keys
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         self.num_blocks = num_blocks
@@ -68,7 +85,7 @@ class BlockManager:
         """Extend seq.block_hashes to its first n_full full blocks."""
         for i in range(len(seq.block_hashes), n_full):
             parent = seq.block_hashes[i - 1] if i else _ROOT_HASH
-            seq.block_hashes.append(hash((parent, self._block_tokens(seq, i))))
+            seq.block_hashes.append(block_hash(parent, self._block_tokens(seq, i)))
 
     def _cache_hits(self, seq: Sequence) -> list[int]:
         """Block ids of the longest cached prefix; never the block of the last token, whose

@@ -38,9 +38,11 @@ log = logging.getLogger("localinfer.server")
 
 
 def build_state(config: ServerConfig, *, model_path: Path | None = None,
-                catalog: Catalog | None = None) -> ServerState:
+                catalog: Catalog | None = None, pool_cls: type[ModelPool] = ModelPool
+                ) -> ServerState:
     """The served models, their memory plan and pool. `model_path`: the first model's file,
-    already resolved (serve pulls a named catalog model before the socket opens)."""
+    already resolved (serve pulls a named catalog model before the socket opens); `pool_cls`:
+    where engines run (a cluster's ingress passes one whose engines are remote)."""
     names = model_args(config)
     paths = {names[0]: model_path} if names and model_path is not None else {}
     served = ServedModels(catalog or Catalog.load(), names, config.served_model_name,
@@ -50,7 +52,7 @@ def build_state(config: ServerConfig, *, model_path: Path | None = None,
         keep_alive = parse_keep_alive(config.keep_alive)
     else:  # one named model stays loaded, as a one-model server always kept it
         keep_alive = FOREVER if len(names) == 1 else DEFAULT_KEEP_ALIVE
-    pool = ModelPool(config, served, plan, keep_alive)
+    pool = pool_cls(config, served, plan, keep_alive)
     metrics = ServerMetrics()
     pool.on_abort_freed = metrics.abort_to_free.observe
     return ServerState(config=config, served=served, pool=pool, metrics=metrics)
@@ -58,10 +60,11 @@ def build_state(config: ServerConfig, *, model_path: Path | None = None,
 
 def create_app(config: ServerConfig, *, model_path: Path | None = None,
                on_load_error: Callable[[], None] | None = None,
-               catalog: Catalog | None = None) -> Starlette:
+               catalog: Catalog | None = None, pool_cls: type[ModelPool] = ModelPool
+               ) -> Starlette:
     """The app; the default model starts loading in the background when the app starts up."""
-    state = build_state(config, model_path=model_path, catalog=catalog)
-    state.metrics.watch_engines(state.pool.engine_snapshots)
+    state = build_state(config, model_path=model_path, catalog=catalog, pool_cls=pool_cls)
+    state.metrics.watch_engines(state.pool.engine_snapshots, state.pool.snapshot_labels)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="[serve] per-request timeout")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="[serve] do not send ignore_eos (outputs may then be shorter)")
+    from localinfer.server import chat_load
+
+    chat_load.add_arguments(p)
 
 
 @dataclass(slots=True)
@@ -171,16 +174,20 @@ async def run_once(args: argparse.Namespace, concurrency: int, model: str | None
     )
 
 
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def format_table(results: list[RunResult]) -> str:
-    head = ("| concurrency | requests | failed | output tok/s | TTFT p50 | TTFT p99 | "
-            "latency p50 | latency p99 | prompt tok | output tok |")
-    rows = [head, "|" + "---|" * 10]
-    for r in results:
-        rows.append(f"| {r.concurrency} | {r.requests} | {r.failed} | {r.output_tok_s:.1f} | "
-                    f"{r.ttft_p50_s:.2f} s | {r.ttft_p99_s:.2f} s | {r.latency_p50_s:.2f} s | "
-                    f"{r.latency_p99_s:.2f} s | {r.mean_prompt_tokens:.0f} | "
-                    f"{r.mean_output_tokens:.0f} |")
-    return "\n".join(rows)
+    head = ["concurrency", "requests", "failed", "output tok/s", "TTFT p50", "TTFT p99",
+            "latency p50", "latency p99", "prompt tok", "output tok"]
+    return markdown_table(head, [
+        [str(r.concurrency), str(r.requests), str(r.failed), f"{r.output_tok_s:.1f}",
+         f"{r.ttft_p50_s:.2f} s", f"{r.ttft_p99_s:.2f} s", f"{r.latency_p50_s:.2f} s",
+         f"{r.latency_p99_s:.2f} s", f"{r.mean_prompt_tokens:.0f}",
+         f"{r.mean_output_tokens:.0f}"] for r in results])
 
 
 def main(args: argparse.Namespace) -> int:
@@ -195,6 +202,8 @@ def main(args: argparse.Namespace) -> int:
     if any(c < 1 for c in levels) or args.prompt_len < 1 or args.max_tokens < 1:
         raise InvalidRequestError("--concurrency, --prompt-len and --max-tokens must be >= 1")
     model = getattr(args, "model", None)
+    if getattr(args, "chats", None) is not None:
+        return _chats(args, levels, model)
     results = []
     for c in levels:
         result = asyncio.run(run_once(args, c, model))
@@ -204,6 +213,29 @@ def main(args: argparse.Namespace) -> int:
     print(f"bench serve: {args.url}, prompts ~{args.prompt_len} tokens, "
           f"{args.max_tokens} output tokens")
     print(format_table(results))
+    out = getattr(args, "json", None)
+    if out is not None:
+        Path(out).write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0
+
+
+def _chats(args: argparse.Namespace, levels: list[int], model: str | None) -> int:
+    from localinfer.errors import InvalidRequestError
+    from localinfer.server import chat_load
+
+    if min(args.chats, args.turns, args.system_prompts, args.system_len, args.user_len) < 1:
+        raise InvalidRequestError("--chats, --turns, --system-prompts, --system-len and "
+                                  "--user-len must be >= 1")
+    results = []
+    for c in levels:
+        result = asyncio.run(chat_load.run_chats(args, c, model))
+        results.append(result)
+        for e in result.errors:
+            print(f"  error: {e}")
+    print(f"bench serve --chats: {args.url}, {args.chats} chats x {args.turns} turns, "
+          f"{args.system_prompts} system prompts of ~{args.system_len} tokens, user turns "
+          f"~{args.user_len} tokens, {args.max_tokens} output tokens")
+    print(chat_load.format_chat_table(results))
     out = getattr(args, "json", None)
     if out is not None:
         Path(out).write_text(json.dumps([asdict(r) for r in results], indent=2))

@@ -44,10 +44,12 @@ class ServerMetrics:
             "A request's abort (client gone, timeout, shutdown) to its KV blocks being free, "
             "per sequence the engine held", buckets=_ABORT_BUCKETS, registry=self.registry)
 
-    def watch_engines(self, source: Callable[[], list[tuple[str, Any, int, int]]]) -> None:
+    def watch_engines(self, source: Callable[[], list[tuple[Any, Any, int, int]]],
+                      labels: tuple[str, ...] = ("model",)) -> None:
         """`source()` lists (model id, EngineStats, queued-not-admitted count, http requests
-        in flight) for each loaded model; every engine figure carries a `model` label."""
-        self.registry.register(_EngineCollector(source))
+        in flight) for each loaded model; every engine figure carries a `model` label. With
+        more `labels` (a cluster's ("model", "replica")) the first field is their values."""
+        self.registry.register(_EngineCollector(source, labels))
 
     def observe(self, arrival: float, first: float | None, last: float, n_tokens: int) -> None:
         self.e2e.observe(max(last - arrival, 0.0))
@@ -61,8 +63,9 @@ class ServerMetrics:
 
 
 class _EngineCollector(Collector):
-    def __init__(self, source: Callable[[], Any]) -> None:
+    def __init__(self, source: Callable[[], Any], labels: tuple[str, ...]) -> None:
         self.source = source
+        self.labels = list(labels)
 
     def describe(self) -> list[Metric]:
         return []  # collected lazily; names are not known before the model loads
@@ -72,11 +75,12 @@ class _EngineCollector(Collector):
         if not snapshots:
             return
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        for model, stats, queued, in_flight in snapshots:
+        for key, stats, queued, in_flight in snapshots:
+            values = list(key) if isinstance(key, tuple) else [key]
             for kind, name, doc, value in _figures(stats, queued, in_flight):
                 if name not in families:
-                    families[name] = kind(name, doc, labels=["model"])
-                families[name].add_metric([model], float(value))
+                    families[name] = kind(name, doc, labels=self.labels)
+                families[name].add_metric(values, float(value))
         yield from families.values()
 
 

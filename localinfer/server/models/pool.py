@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from localinfer.server.config import ServerConfig
 from localinfer.server.models.keep_alive import describe
-from localinfer.server.models.memory_plan import MemoryPlan, estimate, mb
+from localinfer.server.models.memory_plan import MemoryPlan, ModelNeed, estimate, mb
 from localinfer.server.models.served import ServedModel, ServedModels
 from localinfer.server.models.slot import Lease, ModelSlot, SlotState
 from localinfer.server.protocol import APIError, unavailable
@@ -37,6 +38,8 @@ EXPIRY_TICK_S = 0.25
 
 
 class ModelPool:
+    snapshot_labels: tuple[str, ...] = ("model",)  # what engine_snapshots' first field names
+
     def __init__(self, config: ServerConfig, served: ServedModels, plan: MemoryPlan,
                  default_keep_alive: float | None) -> None:
         self.config = config
@@ -96,10 +99,10 @@ class ModelPool:
         start = time.perf_counter()
         try:
             path = await asyncio.to_thread(self.served.local_path, slot.model)
-            slot.need = need = await asyncio.to_thread(estimate, path, self.config)
+            slot.need = need = await asyncio.to_thread(self._estimate, path)
             await self._make_room(slot, need.total)
             self.plan.reserve(slot, need.total)
-            llm, loop = await asyncio.to_thread(self._open, path)
+            llm, loop = await self._open_async(path)
             slot.llm, slot.loop = llm, loop
             if self.closed or self.slots.get(slot.id) is not slot:  # shut down meanwhile
                 await asyncio.to_thread(slot.close)
@@ -137,38 +140,14 @@ class ModelPool:
             log.info("unloading idle model %s to make room for %s", victim.id, slot.id)
             await self.unload(victim)
 
+    async def _open_async(self, path: Path) -> tuple[Any, Any]:
+        return await asyncio.to_thread(self._open, path)
+
     def _open(self, path: Path) -> tuple[Any, Any]:
-        from localinfer.engine.engine_loop import EngineLoop
-        from localinfer.llm import LLM
-        from localinfer.sampling_params import SamplingParams
+        return open_engine(self.config, path, self.on_abort_freed)
 
-        cfg = self.config
-        llm = LLM(path, backend=cfg.backend, threads=cfg.threads,
-                  max_model_len=cfg.max_model_len, kv_cache_mb=cfg.kv_cache_mb,
-                  max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                  enable_prefix_caching=cfg.enable_prefix_caching,
-                  backend_options=cfg.backend_options, progress=False, **cfg.speculative)
-        try:
-            loop = EngineLoop(llm.engine, max_queue=cfg.max_queue)
-            loop.on_abort_freed = self.on_abort_freed
-            loop.start()
-            if cfg.warmup:  # compile (or load from cache) every kernel before the first request
-                params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
-                for _ in loop.submit(llm.encode("Hello"), params):
-                    pass
-        except BaseException:
-            llm.close()
-            raise
-        if cfg.warmup:
-            import threading
-
-            from localinfer.server.loading import warm_structured
-
-            # llguidance's view of the vocabulary, beside serving: only the first constrained
-            # request waits for it
-            threading.Thread(target=warm_structured, args=(llm,), name="localinfer-warm",
-                             daemon=True).start()
-        return llm, loop
+    def _estimate(self, path: Path) -> ModelNeed:
+        return estimate(path, self.config)
 
     # -- unloading -----------------------------------------------------------------------------
 
@@ -237,7 +216,7 @@ class ModelPool:
             slot.close()
         self.slots.clear()
 
-    def engine_snapshots(self) -> list[tuple[str, Any, int, int]]:
+    def engine_snapshots(self) -> list[tuple[Any, Any, int, int]]:
         """(model id, EngineStats, queued, requests in flight) of each loaded model."""
         return [(s.id, s.loop.stats(), s.loop.num_queued, s.in_flight)
                 for s in list(self.slots.values())
@@ -252,3 +231,40 @@ class ModelPool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+
+def open_engine(config: ServerConfig, path: Path,
+                on_abort_freed: Callable[[float], None] | None = None) -> tuple[Any, Any]:
+    """The model's LLM and its started engine loop, warmed up when the config says so;
+    `on_abort_freed`: the loop's hook (EngineLoop.on_abort_freed)."""
+    from localinfer.engine.engine_loop import EngineLoop
+    from localinfer.llm import LLM
+    from localinfer.sampling_params import SamplingParams
+
+    llm = LLM(path, backend=config.backend, threads=config.threads,
+              max_model_len=config.max_model_len, kv_cache_mb=config.kv_cache_mb,
+              max_num_seqs=config.max_num_seqs,
+              max_num_batched_tokens=config.max_num_batched_tokens,
+              enable_prefix_caching=config.enable_prefix_caching,
+              backend_options=config.backend_options, progress=False, **config.speculative)
+    try:
+        loop = EngineLoop(llm.engine, max_queue=config.max_queue)
+        loop.on_abort_freed = on_abort_freed
+        loop.start()
+        if config.warmup:  # compile (or load from cache) every kernel before the first request
+            params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+            for _ in loop.submit(llm.encode("Hello"), params):
+                pass
+    except BaseException:
+        llm.close()
+        raise
+    if config.warmup:
+        import threading
+
+        from localinfer.server.loading import warm_structured
+
+        # llguidance's view of the vocabulary, beside serving: only the first constrained
+        # request waits for it
+        threading.Thread(target=warm_structured, args=(llm,), name="localinfer-warm",
+                         daemon=True).start()
+    return llm, loop
