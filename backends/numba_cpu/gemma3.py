@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from .dispatch import attend, embed
-from .kernels.elementwise import add_rmsnorm, rmsnorm
+from .kernels.elementwise import add_rmsnorm, gather_rows, rmsnorm
 from .kernels.gelu import gelu_f16_table
 from .kernels.gelu_simd import gelu_mul
 from .kernels.qk_norm import qk_norm_rope, scale_columns
@@ -139,17 +139,16 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
             # values are the same as when every row goes on
             att_sel = np.empty((n_out, att.shape[1]), np.float32)
             x_sel = np.empty((n_out, n_embd), np.float32)
-            for r in range(n_out):
-                att_sel[r] = att[out_rows[r]]
-                x_sel[r] = x[out_rows[r]]
+            gather_rows(att, out_rows, att_sel)
+            gather_rows(x, out_rows, x_sel)
+            out_rows = np.arange(n_out)
             att = att_b[:n_out]
-            att[:] = att_sel
+            gather_rows(att_sel, out_rows, att)
             x = x_b[:n_out]
-            x[:] = x_sel
+            gather_rows(x_sel, out_rows, x)
             xn = xn_b[:n_out]
             gu = gu_b[:n_out]
             hid = h_b[:n_out]
-            out_rows = np.arange(n_out)
         project_as(isa, wo, layer, att, qbuf, xn, q8k, 1)  # (n, n_embd)
         add_rmsnorm(x, xn, post_attn_norm[layer], rms_eps, ffn_norm[layer], xn)
         project_as(isa, wgu, layer, xn, qbuf, gu, q8k, 2)  # (n, 2 n_ff)
@@ -161,8 +160,7 @@ def gemma3_step(isa, tokens, positions, token_seq, tables, slots, swa_tables, sw
             add_rmsnorm(x, xn, post_ffn_norm[layer], rms_eps, no_norm, xn)
 
     sel = np.empty((n_out, n_embd), np.float32)
-    for r in range(n_out):
-        sel[r] = x[out_rows[r]]
+    gather_rows(x, out_rows, sel)
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
     project_as(isa, head, 0, xn_out, qbuf, logits, q8k, 4)

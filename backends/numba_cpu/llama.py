@@ -20,6 +20,7 @@ from .kernels.attention_split import TILE_TOKENS
 from .kernels.elementwise import (
     add_bias,
     add_inplace,
+    gather_rows,
     rmsnorm,
     rope_inplace,
     rope_neox,
@@ -110,8 +111,7 @@ def llama_step(isa, tokens, positions, token_seq, block_tables, slot_mapping, lo
 
     n_out = logits_rows.shape[0]
     sel = np.empty((n_out, n_embd), np.float32)
-    for r in range(n_out):
-        sel[r] = x[logits_rows[r]]
+    gather_rows(x, logits_rows, sel)
     xn_out = xn_b[:n_out]
     rmsnorm(sel, out_norm, rms_eps, xn_out)
     project_as(isa, head, 0, xn_out, qbuf, logits, q8k, 4)

@@ -86,7 +86,9 @@ def attention_simd(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, bloc
                     k0, _ = chunk_span(positions[i], window, chunk)
                     qh = scratch[part, :group, :hd]
                     _round_q(isa, qkv[i], g * group * hd, hd, qh)
-                    _chunk(isa, i, 1, g, k0 + u - starts[item], chunk, n_heads, n_kv, hd,
+                    # nt as int64, not the literal 1: one _chunk compile serves both loops
+                    _chunk(isa, i, np.int64(1), g, k0 + u - starts[item], chunk, n_heads,
+                           n_kv, hd,
                            positions, token_seq, block_tables, block_size, k_pool, v_pool,
                            scale, window, qh, scratch[part, :group, 2 * hd + 2:2 * hd + 2 + chunk],
                            slot(scratch, u, tail, hd, per_thread)[:group])

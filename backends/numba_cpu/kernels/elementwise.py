@@ -196,3 +196,14 @@ def add_inplace(x, y):
     for i in range(x.shape[0]):
         for j in range(x.shape[1]):
             x[i, j] += y[i, j]
+
+
+@njit(cache=True, nogil=True)
+def gather_rows(src, rows, out):
+    """out[r] = src[rows[r]] for each r, element by element: a row assignment (out[r] = ...)
+    type-checks its shapes at run time, and the error message's formatting alone compiled for
+    ~4 s of a cold start (Numba's raise-with-shape and string machinery)."""
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        for c in range(out.shape[1]):
+            out[r, c] = src[i, c]
