@@ -101,6 +101,47 @@ def test_24_queue_full_is_429_with_retry_after(tight) -> None:
     wait_idle(tight.url, 0, IDLE_BOUND_S)
 
 
+@pytest.fixture(scope="module")
+def single(smollm2_path):
+    """One running slot and no queue: one request in flight fills the server."""
+    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
+                          max_num_seqs=1, max_queue=0, threads=2)
+    srv = ServerThread(config, smollm2_path).start()
+    yield srv
+    srv.stop()
+
+
+def test_24_a_full_server_refuses_before_tokenizing(single) -> None:
+    """The generation routes check for room before rendering and tokenizing the prompt: a
+    prompt far over the context gets the 429 of a full server, not the 400 that tokenizing it
+    would give, on every generation route (each refusal under overload costs a parse, not a
+    tokenization)."""
+    busy = {"model": "smollm2-test", "prompt": "Tell me a long story.", "max_tokens": 2000,
+            "temperature": 0, "ignore_eos": True, "stream": True}
+    huge = "word " * 50_000
+    with httpx.stream("POST", f"{single.url}/v1/completions", json=busy, timeout=120) as r:
+        lines = r.iter_lines()
+        while not next(lines).startswith("data:"):
+            pass
+        assert metrics(single.url)["localinfer_num_requests_running"] == 1
+        for path, body in [
+            ("/v1/completions", {"prompt": huge}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]}),
+            ("/v1/responses", {"input": huge}),
+            ("/infill", {"input_prefix": huge, "input_suffix": ""}),
+            ("/api/generate", {"prompt": huge, "stream": False}),
+        ]:
+            refused = httpx.post(f"{single.url}{path}", json={"model": "smollm2-test", **body},
+                                 timeout=60)
+            assert refused.status_code == 429, (path, refused.status_code, refused.text[:200])
+            assert int(refused.headers["retry-after"]) >= 1
+    wait_idle(single.url, 0, IDLE_BOUND_S)
+    # room again: the same over-long prompt now reaches the tokenizer and its 400
+    r = httpx.post(f"{single.url}/v1/completions", json={"model": "smollm2-test", "prompt": huge},
+                   timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
 def test_26_disconnect_mid_stream_frees_everything(server, kv_baseline) -> None:
     body = {"model": "smollm2-test", "prompt": "Tell me a long story.", "max_tokens": 400,
             "temperature": 0, "ignore_eos": True, "stream": True}

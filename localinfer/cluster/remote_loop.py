@@ -151,8 +151,7 @@ class RemoteLoop:
                request_id: str | None = None, *, aio: bool = True,
                paced: bool = False) -> RemoteHandle:
         """As EngineLoop.submit, from the ingress's event loop."""
-        if not self._accepting:
-            raise EngineStoppedError("the engine is shutting down")
+        self.check_admission()
         params.validate()
         self._aio = asyncio.get_running_loop()
         handle = RemoteHandle(self, list(prompt_token_ids), params, request_id or "")
@@ -161,6 +160,12 @@ class RemoteLoop:
         if submitted is not None:
             submitted.append(handle)
         return handle
+
+    def check_admission(self) -> None:
+        """As EngineLoop.check_admission; no queue here (Serve's router holds what the
+        replicas cannot take), so only a stopping ingress refuses."""
+        if not self._accepting:
+            raise EngineStoppedError("the engine is shutting down")
 
     def shutdown(self, drain_timeout: float = 0.0) -> None:
         """Stop taking requests and abort those in flight; from any thread."""

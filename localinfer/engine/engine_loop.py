@@ -194,10 +194,7 @@ class EngineLoop:
     ) -> RequestHandle:
         """Queue a request; errors in it (bad ids, too long) surface when iterating.  aio: read
         it from the calling event loop; paced (with aio): through RequestHandle.batch."""
-        if not self._accepting:
-            raise EngineStoppedError("the engine is shutting down")
-        if self.max_queue is not None and self.num_waiting_for_a_slot() >= self.max_queue:
-            raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
+        self.check_admission()
         handle = RequestHandle(self, asyncio.get_running_loop() if aio else None, paced)
         params.validate()
         with self._count_lock:
@@ -238,6 +235,15 @@ class EngineLoop:
     def stats(self) -> EngineStats:
         with self._stats_lock:
             return self._stats
+
+    def check_admission(self) -> None:
+        """Raise what `submit` would refuse a new request with now (EngineStoppedError,
+        QueueFullError). The server asks before it renders and tokenizes a prompt, so under
+        overload a refusal costs a body parse, not a tokenization."""
+        if not self._accepting:
+            raise EngineStoppedError("the engine is shutting down")
+        if self.max_queue is not None and self.num_waiting_for_a_slot() >= self.max_queue:
+            raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
 
     def num_waiting_for_a_slot(self) -> int:
         """Requests not running yet less the running slots free now (negative: slots left

@@ -12,7 +12,7 @@ from localinfer.server.constraints import compile_constraint
 from localinfer.server.echo import EchoedPrompt, prompt_texts
 from localinfer.server.fim import fim_prompt, require_fim
 from localinfer.server.formatting import Formatter
-from localinfer.server.generation import Job
+from localinfer.server.generation import Job, refuse_if_busy
 from localinfer.server.models.slot import Lease
 from localinfer.server.prompts import chat_prompt, check_context, completion_prompts
 from localinfer.server.protocol import GenerationFields, invalid, parse_generation
@@ -24,6 +24,7 @@ async def chat_completions(request: Request) -> Response:
     state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
+        refuse_if_busy(lease)
         fields = parse_generation(body, chat=True, max_model_len=lease.max_model_len,
                                   n_vocab=lease.llm.tokenizer.n_vocab)
         fields.bind_tools(lease.llm.tokenizer)
@@ -38,6 +39,7 @@ async def completions(request: Request) -> Response:
     state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():
+        refuse_if_busy(lease)
         llm = lease.llm
         fields = parse_generation(body, chat=False, max_model_len=lease.max_model_len,
                                   n_vocab=llm.tokenizer.n_vocab)

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from localinfer.server.fim import fim_prompt, parse_extra, require_fim
-from localinfer.server.generation import ChoiceState, Job
+from localinfer.server.generation import ChoiceState, Job, refuse_if_busy
 from localinfer.server.prompts import check_context
 from localinfer.server.protocol import APIError, invalid, parse_generation
 from localinfer.server.state import read_body
@@ -34,6 +34,7 @@ async def infill(request: Request) -> Response:
     state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
+        refuse_if_busy(lease)
         llm = lease.llm
         texts = {}
         for name in ("input_prefix", "input_suffix", "prompt"):

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from localinfer.errors import InvalidRequestError
-from localinfer.server.generation import Job
+from localinfer.server.generation import Job, refuse_if_busy
 from localinfer.server.models.keep_alive import parse_keep_alive
 from localinfer.server.ollama.answers import OllamaReply, created_at
 from localinfer.server.ollama.options import generation_fields
@@ -54,6 +54,7 @@ async def _answer(request: Request, *, chat: bool) -> Response:
     lease = await state.acquire(name, body.get("keep_alive"))
     load_s = time.perf_counter() - started
     with lease.released_on_error():  # until the job takes the lease over
+        refuse_if_busy(lease)
         llm = lease.llm
         fields = generation_fields(body, llm, lease.max_model_len, name, tools=chat)
         fields.bind_tools(llm.tokenizer)

@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from localinfer.server.generation import Job
+from localinfer.server.generation import Job, refuse_if_busy
 from localinfer.server.prompts import chat_prompt, check_context
 from localinfer.server.protocol import APIError, parse_generation
 from localinfer.server.responses.events import ResponseBuilder
@@ -35,6 +35,7 @@ async def responses(request: Request) -> Response:
     state, body = await read_body(request)
     lease = await state.acquire(body.get("model"), body.get("keep_alive"))
     with lease.released_on_error():  # until the job takes the lease over
+        refuse_if_busy(lease)
         llm = lease.llm
         chat = chat_request(body, lease.max_model_len)
         fields = parse_generation(chat, chat=True, max_model_len=lease.max_model_len,
