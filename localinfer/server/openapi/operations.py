@@ -35,9 +35,11 @@ _GUARD = {"401": _BODY_ERRORS["401"], "403": _BODY_ERRORS["403"]}
 
 
 def _content(schema: s.Schema, *streams: str) -> dict[str, Any]:
+    """JSON with `schema`, or one of `streams`: server-sent events (each with `data`, the
+    answer's chunks as JSON, then `[DONE]`) or NDJSON lines."""
     content: dict[str, Any] = {JSON: {"schema": schema}}
     for media in streams:
-        content[media] = {"schema": {"type": "string"}}
+        content[media] = {"schema": s.SSE_EVENT if media == SSE else {"type": "string"}}
     return content
 
 

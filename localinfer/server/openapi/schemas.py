@@ -175,6 +175,8 @@ RESPONSE = {"type": "object", "required": ["id", "object", "status", "model", "o
 INFILL = {"type": "object", "required": ["content", "stop", "tokens_predicted"],
           "properties": {"content": {"type": "string"}, "stop": {"type": "boolean"},
                          "tokens_predicted": {"type": "integer"}}}
+SSE_EVENT = {"type": "object", "required": ["data"],
+             "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}
 HEALTH = {"type": "object", "required": ["status"],
           "properties": {"status": {"enum": ["ok", "loading", "draining", "error"]},
                          "error": {"type": "string"}}}
