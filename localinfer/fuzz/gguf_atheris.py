@@ -36,7 +36,9 @@ class Tally:
         f = self.figures
         f["cases"] += 1
         f[outcome] += 1
-        f["slowest_s"] = max(f["slowest_s"], seconds)
+        if seconds > f["slowest_s"]:  # kept: the case nearest to a hang
+            f["slowest_s"] = seconds
+            (self.findings / "slowest").write_bytes(data)
         finding = "crash" if outcome == "crashes" else "hang" if seconds > HANG_S else None
         if finding == "hang":
             f["hangs"] += 1
