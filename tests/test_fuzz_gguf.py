@@ -86,3 +86,17 @@ def test_array_longer_than_any_vocabulary_is_refused(tmp_path: Path) -> None:
     path = _sparse_gguf(tmp_path / "long.gguf", head, len(head) + n)
     with pytest.raises(GGUFError, match=f"more than the limit of {MAX_ARRAY_ELEMENTS}"):
         open_gguf(path)
+
+
+def test_a_hang_must_be_slow_twice_a_stall_once(tmp_path: Path) -> None:
+    """A shared machine can stall any case past 1 s; an input hangs only if its rerun does."""
+    from localinfer.fuzz.gguf_atheris import HANG_S, Tally
+
+    tally = Tally(tmp_path / "stats.json", tmp_path)
+    tally.case(b"stalled", "refused", HANG_S + 0.5, "", retime=lambda: 0.01)
+    tally.case(b"hangs", "refused", HANG_S + 0.5, "", retime=lambda: HANG_S + 0.2)
+    figures = json.loads((tmp_path / "stats.json").read_text())
+    assert (figures["cases"], figures["hangs"], figures["stalls"]) == (2, 1, 1)
+    assert figures["slowest_s"] == pytest.approx(HANG_S + 0.2)
+    assert [e["kind"] for e in figures["examples"]] == ["hang"]
+    assert len(list(tmp_path.glob("hang-*"))) == 1

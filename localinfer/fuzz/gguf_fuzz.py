@@ -37,7 +37,8 @@ class GgufReport:
     loads: int = 0
     refused: int = 0
     crashes: int = 0
-    hangs: int = 0
+    hangs: int = 0  # over HANG_S, and again when rerun
+    stalls: int = 0  # over HANG_S once, under it when rerun: the machine, not the input
     slowest_s: float = 0.0
     peak_rss_mb: float = 0.0
     seconds: float = 0.0
@@ -112,7 +113,7 @@ def _atheris(cases: int, seconds: float, work: Path, findings: Path, case: Path,
 
 
 def _known(figures: dict[str, Any]) -> dict[str, Any]:
-    names = ("cases", "loads", "refused", "crashes", "hangs", "slowest_s", "examples")
+    names = ("cases", "loads", "refused", "crashes", "hangs", "stalls", "slowest_s", "examples")
     return {k: figures[k] for k in names if k in figures}
 
 
@@ -120,19 +121,15 @@ def _mutation(cases: int, seconds: float, seeds: list[bytes], findings: Path,
               case: Path) -> GgufReport:
     from localinfer.fuzz.gguf_atheris import Tally
     from localinfer.fuzz.gguf_mutate import mutate
-    from localinfer.fuzz.gguf_target import run_case
+    from localinfer.fuzz.gguf_target import timed_case
 
     tally = Tally(findings / "stats.json", findings)
     rng = random.Random(0)
     end = time.monotonic() + seconds
     while tally.figures["cases"] < cases and time.monotonic() < end:
         data = mutate(rng.choice(seeds), seeds, rng)
-        started = time.perf_counter()
-        try:
-            outcome, detail = ("loads" if run_case(data, case) else "refused"), ""
-        except Exception as exc:  # a crash: counted and kept
-            outcome, detail = "crashes", f"{type(exc).__name__}: {str(exc)[:200]}"
-        tally.case(data, outcome, time.perf_counter() - started, detail)
+        tally.case(data, *timed_case(data, case),
+                   retime=lambda data=data: timed_case(data, case)[1])
     tally.write()
     report = GgufReport("mutation (random, in-process)", len(seeds), **_known(tally.figures))
     report.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -10,6 +10,8 @@ refusal it should be; any other exception is a crash.
 from __future__ import annotations
 
 import os
+import time
+import traceback
 from pathlib import Path
 
 from localinfer.errors import LocalInferError
@@ -54,3 +56,16 @@ def run_case(data: bytes, path: Path) -> bool:
     finally:
         os.truncate(path, 0)  # the sparse tail: never left at its size between cases
     return True
+
+
+def timed_case(data: bytes, path: Path) -> tuple[str, float, str]:
+    """(outcome: "loads", "refused" or "crashes", seconds, what crashed)."""
+    start = time.perf_counter()
+    try:
+        outcome, detail = ("loads" if run_case(data, path) else "refused"), ""
+    except Exception as exc:  # a crash: reported, and the fuzzing goes on
+        outcome = "crashes"
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        detail = (f"{type(exc).__name__}: {str(exc)[:200]} "
+                  f"({Path(frame.filename).name}:{frame.lineno})")
+    return outcome, time.perf_counter() - start, detail
