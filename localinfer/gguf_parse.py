@@ -28,12 +28,15 @@ MAX_NAME_BYTES = 63  # GGML_MAX_NAME is 64 including the terminating NUL
 MAX_KEY_BYTES = 1 << 16
 MAX_ELEMENTS = 1 << 62  # no real tensor comes near; keeps every size product far from int64
 # Metadata is small in every real model (Gemma 3's 262,144-token vocabulary and scores: 6.5 MB
-# of header; the largest vocabularies and merge lists have well under a million entries). A
-# file that fits its counts and lengths into gigabytes of its own bytes (a sparse file is free
-# to make) is hostile: the header (metadata and tensor infos) must end within MAX_HEADER_BYTES
-# and an array hold at most MAX_ARRAY_ELEMENTS, so parsing copies and loops over little.
-MAX_HEADER_BYTES = 64 << 20
+# of header; Llama 3's vocabulary and 280k merges: ~8 MB; the largest vocabularies and merge
+# lists have well under a million entries; chat templates are KBs). A file that fits its counts
+# and lengths into gigabytes of its own bytes (a sparse file is free to make) is hostile: the
+# header (metadata and tensor infos) must end within MAX_HEADER_BYTES, an array hold at most
+# MAX_ARRAY_ELEMENTS and a string value at most MAX_STRING_BYTES, so parsing copies and loops
+# over little (a 64 MiB header of strings took over 1 s to decode on a busy machine).
+MAX_HEADER_BYTES = 32 << 20
 MAX_ARRAY_ELEMENTS = 1 << 21
+MAX_STRING_BYTES = 1 << 20
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -153,7 +156,7 @@ def _value(cur: Cursor, vtype: int, key: str) -> Any:
     if vtype == GGUFValueType.STRING:
         # Scalar strings (names, chat templates) are for display and jinja: "replace" keeps them
         # printable; an invalid byte can only come from a broken or hostile file anyway.
-        return cur.raw_string(f"string value of {key}").decode("utf-8", "replace")
+        return cur.raw_string(f"string value of {key}", MAX_STRING_BYTES).decode("utf-8", "replace")
     if vtype == GGUFValueType.ARRAY:
         return _array(cur, key)
     raise cur.error(f"metadata {key} has unknown value type {vtype}", cur.pos - 4)

@@ -18,7 +18,7 @@ from localinfer.fuzz.gguf_fuzz import fuzz_gguf
 from localinfer.fuzz.gguf_seeds import write_corpus
 from localinfer.fuzz.gguf_target import run_case
 from localinfer.gguf_file import open_gguf
-from localinfer.gguf_parse import MAX_ARRAY_ELEMENTS, MAX_HEADER_BYTES
+from localinfer.gguf_parse import MAX_ARRAY_ELEMENTS, MAX_HEADER_BYTES, MAX_STRING_BYTES
 
 
 def test_corpus_real_seeds_load_and_every_hostile_class_is_refused(
@@ -73,10 +73,26 @@ def test_string_of_gigabytes_inside_a_sparse_file_is_refused_fast(tmp_path: Path
     path = _sparse_gguf(tmp_path / "huge.gguf", head, len(head) + huge + 64)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    with pytest.raises(GGUFError, match=f"first {MAX_HEADER_BYTES >> 20} MiB"):
+    with pytest.raises(GGUFError, match=f"more than the limit of {MAX_STRING_BYTES}"):
         open_gguf(path)
     assert time.perf_counter() - start < 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100 << 10  # KB
+
+
+def test_header_past_its_limit_is_refused(tmp_path: Path) -> None:
+    """Found by atheris: 64 MiB of string values (each within its own limit) took over 1 s to
+    copy and decode on the busy machine; the header must end within MAX_HEADER_BYTES."""
+    n = MAX_HEADER_BYTES // MAX_STRING_BYTES + 2
+    path = tmp_path / "long-header.gguf"
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, n))
+        for i in range(n):
+            f.write(string(f"general.s{i}") + struct.pack("<IQ", VT.STRING, MAX_STRING_BYTES))
+            f.write(b"a" * MAX_STRING_BYTES)
+    start = time.perf_counter()
+    with pytest.raises(GGUFError, match=f"first {MAX_HEADER_BYTES >> 20} MiB"):
+        open_gguf(path)
+    assert time.perf_counter() - start < 1.0
 
 
 def test_array_longer_than_any_vocabulary_is_refused(tmp_path: Path) -> None:
