@@ -53,6 +53,9 @@ def test_schemathesis_finds_no_server_error_and_no_schema_break(fuzz_server) -> 
     report = fuzz_http(fuzz_server.url, max_examples=10, seconds=120)
     paths = httpx.get(f"{fuzz_server.url}/openapi.json").json()["paths"]
     assert report.operations == sum(len(item) for item in paths.values())  # every one
+    assert len(report.by_operation) == report.operations
+    # a GET without parameters has one case to make; every body-taking operation gets its share
+    assert min(n for op, n in report.by_operation.items() if not op.startswith("GET")) >= 10
     assert report.cases >= 250
     assert report.server_errors == 0 and report.schema_failures == 0, report.failures
     assert report.transport_errors == 0, report.failures

@@ -74,6 +74,9 @@ def _http(args: argparse.Namespace) -> int:
           f"in {report.seconds:.0f} s  ({statuses})")
     print(f"server errors (5xx): {report.server_errors}  responses breaking the schema: "
           f"{report.schema_failures}  no answer: {report.transport_errors}")
+    fewest = min(report.by_operation.items(), key=lambda kv: kv[1], default=("-", 0))
+    print(f"cases per operation: {min(report.by_operation.values(), default=0)} "
+          f"({fewest[0]}) to {max(report.by_operation.values(), default=0)}")
     if report.skipped:
         print(f"skipped (--all to include): {', '.join(report.skipped)}")
     for f in report.failures:

@@ -30,6 +30,7 @@ _CHOICE_FIELDS = ("n", "best_of")
 MAX_GEN_TOKENS = 4
 _MODEL_ROUTES = ("/api/unload", "/api/delete", "/api/pull")
 REQUEST_TIMEOUT_S = 60.0
+ROUND = 25  # examples per operation and mode before moving on to the next operation
 
 
 @dataclass
@@ -46,6 +47,7 @@ class HttpReport:
     operations: int = 0
     cases: int = 0
     by_status: dict[int, int] = field(default_factory=dict)
+    by_operation: dict[str, int] = field(default_factory=dict)
     server_errors: int = 0  # 5xx answers
     schema_failures: int = 0  # answers that break the description (status, type, body)
     transport_errors: int = 0  # no answer: a timeout or a dropped connection
@@ -125,15 +127,18 @@ def fuzz_http(base_url: str, *, max_examples: int, seconds: float,
     end = start + seconds
     session = requests.Session()
     session.headers.update(headers)
-    settings = hypothesis.settings(
-        max_examples=max_examples, deadline=None, database=None, derandomize=False,
-        phases=[Phase.generate], suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False)
+
+    def settings(n: int) -> Any:
+        return hypothesis.settings(
+            max_examples=n, deadline=None, database=None, derandomize=False,
+            phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False)
 
     def run_case(label: str, case: Any) -> None:
         if time.monotonic() > end:
             return
         report.cases += 1
+        report.by_operation[label] = report.by_operation.get(label, 0) + 1
         try:
             response = case.call(base_url=base_url, session=session, timeout=REQUEST_TIMEOUT_S)
         except requests.RequestException as exc:
@@ -160,20 +165,22 @@ def fuzz_http(base_url: str, *, max_examples: int, seconds: float,
         if on_case is not None:
             on_case(report)
 
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        label = f"{operation.method.upper()} {operation.path}"
-        if label in report.skipped:
-            continue
-        report.operations += 1
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            if time.monotonic() > end:
-                break
-
-            # Unsatisfiable: a mode with nothing to generate (negative cases of a bare GET)
-            with contextlib.suppress(hypothesis.errors.Unsatisfiable):
-                _run(settings, operation.as_strategy(generation_mode=mode),
-                     lambda case, label=label: run_case(label, case))
+    operations = [(f"{op.method.upper()} {op.path}", op)
+                  for op in (result.ok() for result in schema.get_all_operations())]
+    operations = [(label, op) for label, op in operations if label not in report.skipped]
+    report.operations = len(operations)
+    # rounds of ROUND examples over every operation: a time bound cuts all of them short
+    # alike, never the last ones to nothing
+    for done in range(0, max_examples, ROUND):
+        for label, operation in operations:
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                if time.monotonic() > end:
+                    break
+                # Unsatisfiable: a mode with nothing to generate (negative cases of a bare GET)
+                with contextlib.suppress(hypothesis.errors.Unsatisfiable):
+                    _run(settings(min(ROUND, max_examples - done)),
+                         operation.as_strategy(generation_mode=mode),
+                         lambda case, label=label: run_case(label, case))
     report.seconds = time.monotonic() - start
     return report
 
