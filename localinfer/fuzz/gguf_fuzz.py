@@ -69,6 +69,8 @@ def fuzz_gguf(cases: int, seconds: float, models: list[Path], work: Path | None 
     report.seconds = time.monotonic() - start
     report.work = str(work)
     case.unlink(missing_ok=True)
+    if case.parent != work:
+        case.parent.rmdir()  # its own folder in /dev/shm
     return report
 
 
