@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("eval", "compare two models on a text: perplexity, KL divergence, top-1 agreement"),
     "imatrix": ("imatrix", "compute an importance matrix for quantization (llama.cpp's format)"),
     "bundle": ("bundle", "offline bundles: wheels, models and launchers that run with no network"),
+    "fuzz": ("fuzz", "fuzz the HTTP API (schemathesis) or the GGUF reader, bounded in time"),
 }
 
 

@@ -27,6 +27,16 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NAME_BYTES = 63  # GGML_MAX_NAME is 64 including the terminating NUL
 MAX_KEY_BYTES = 1 << 16
 MAX_ELEMENTS = 1 << 62  # no real tensor comes near; keeps every size product far from int64
+# Metadata is small in every real model (Gemma 3's 262,144-token vocabulary and scores: 6.5 MB
+# of header; Llama 3's vocabulary and 280k merges: ~8 MB; the largest vocabularies and merge
+# lists have well under a million entries; chat templates are KBs). A file that fits its counts
+# and lengths into gigabytes of its own bytes (a sparse file is free to make) is hostile: the
+# header (metadata and tensor infos) must end within MAX_HEADER_BYTES, an array hold at most
+# MAX_ARRAY_ELEMENTS and a string value at most MAX_STRING_BYTES, so parsing copies and loops
+# over little (a 64 MiB header of strings took over 1 s to decode on a busy machine).
+MAX_HEADER_BYTES = 32 << 20
+MAX_ARRAY_ELEMENTS = 1 << 21
+MAX_STRING_BYTES = 1 << 20
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -76,10 +86,11 @@ class Header:
 class Cursor:
     """A read position in a buffer that refuses to read past its end."""
 
-    __slots__ = ("buf", "pos", "end", "path")
+    __slots__ = ("buf", "pos", "end", "path", "size")
 
     def __init__(self, buf: Any, end: int, path: object) -> None:
         self.buf, self.pos, self.end, self.path = buf, 0, end, path
+        self.size = end  # the file's size; `end` may stop short of it (MAX_HEADER_BYTES)
 
     def error(self, msg: str, at: int | None = None) -> GGUFError:
         return GGUFError(f"{self.path}: {msg} (at byte {self.pos if at is None else at})")
@@ -90,6 +101,9 @@ class Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n > self.end - self.pos:
+            if self.end < self.size:
+                raise self.error(f"{what} needs {n} bytes, past the first "
+                                 f"{MAX_HEADER_BYTES >> 20} MiB, where the header must end")
             raise self.error(
                 f"{what} needs {n} bytes but only {self.end - self.pos} are left "
                 "(truncated or corrupt file)"
@@ -142,7 +156,7 @@ def _value(cur: Cursor, vtype: int, key: str) -> Any:
     if vtype == GGUFValueType.STRING:
         # Scalar strings (names, chat templates) are for display and jinja: "replace" keeps them
         # printable; an invalid byte can only come from a broken or hostile file anyway.
-        return cur.raw_string(f"string value of {key}").decode("utf-8", "replace")
+        return cur.raw_string(f"string value of {key}", MAX_STRING_BYTES).decode("utf-8", "replace")
     if vtype == GGUFValueType.ARRAY:
         return _array(cur, key)
     raise cur.error(f"metadata {key} has unknown value type {vtype}", cur.pos - 4)
@@ -160,6 +174,7 @@ def _array(cur: Cursor, key: str) -> Any:
         if n > cur.left // 8:
             raise cur.error(f"metadata {key}: {n} strings cannot fit in the {cur.left} bytes left",
                             start)
+        _check_length(cur, n, key, start)
         return read_string_array(cur, n, key)  # decoded on first use
     scalar = _SCALARS.get(etype)
     if scalar is None:
@@ -168,11 +183,18 @@ def _array(cur: Cursor, key: str) -> Any:
     if n > cur.left // dtype.itemsize:
         raise cur.error(f"metadata {key}: array of {n} elements runs past the end of the file",
                         start)
+    _check_length(cur, n, key, start)
     arr = np.frombuffer(cur.buf, dtype=dtype, count=n, offset=cur.pos).copy()
     cur.pos += n * dtype.itemsize
     if etype == GGUFValueType.BOOL:
         return arr != 0
     return arr.astype(dtype.newbyteorder("="), copy=False)
+
+
+def _check_length(cur: Cursor, n: int, key: str, start: int) -> None:
+    if n > MAX_ARRAY_ELEMENTS:
+        raise cur.error(f"metadata {key}: array of {n} elements, more than the limit of "
+                        f"{MAX_ARRAY_ELEMENTS}", start)
 
 
 def _tensor_info(cur: Cursor, seen: set[str]) -> RawTensorInfo:
@@ -231,6 +253,7 @@ def parse_header(buf: Any, size: int, path: object) -> Header:
         raise cur.error(f"unsupported GGUF version {version}{hint}; supported: 2, 3", 4)
     n_tensors = cur.u64("tensor count")
     n_kv = cur.u64("metadata count")
+    cur.end = min(size, MAX_HEADER_BYTES)
     # Both counts bounded by the bytes left before anything is allocated or looped over.
     if n_kv > cur.left // MIN_KV_BYTES or n_tensors > cur.left // MIN_TENSOR_INFO_BYTES or (
         n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_INFO_BYTES > cur.left

@@ -15,53 +15,22 @@ from typing import Any
 
 import numpy as np
 from gguf import quants
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf.constants import GGMLQuantizationType, GGUFValueType
+
+# the packers are the GGUF fuzzer's (localinfer/fuzz/gguf_encode.py), under the names tests use
+from localinfer.fuzz.gguf_encode import kv, tensor_info  # noqa: F401  (re-exported)
+from localinfer.fuzz.gguf_encode import nbytes as nbytes_of
+from localinfer.fuzz.gguf_encode import string as gguf_string  # noqa: F401  (re-exported)
+from localinfer.fuzz.gguf_encode import value as value_bytes  # noqa: F401  (re-exported)
 
 VT = GGUFValueType
 QT = GGMLQuantizationType
-
-_FMT = {VT.UINT8: "<B", VT.INT8: "<b", VT.UINT16: "<H", VT.INT16: "<h", VT.UINT32: "<I",
-        VT.INT32: "<i", VT.FLOAT32: "<f", VT.BOOL: "<?", VT.UINT64: "<Q", VT.INT64: "<q",
-        VT.FLOAT64: "<d"}
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
     "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def gguf_string(text: str | bytes) -> bytes:
-    data = text.encode() if isinstance(text, str) else text
-    return struct.pack("<Q", len(data)) + data
-
-
-def value_bytes(vtype: int, value: Any, etype: int | None = None) -> bytes:
-    """The encoding of one value (no key, no type tag for scalars)."""
-    if vtype == VT.STRING:
-        return gguf_string(value)
-    if vtype == VT.ARRAY:
-        assert etype is not None
-        items = b"".join(value_bytes(etype, v) for v in value)
-        return struct.pack("<IQ", etype, len(value)) + items
-    return struct.pack(_FMT[vtype], value)
-
-
-def kv(key: str | bytes, vtype: int, value: Any, etype: int | None = None) -> bytes:
-    return gguf_string(key) + struct.pack("<I", vtype) + value_bytes(vtype, value, etype)
-
-
-def tensor_info(name: str | bytes, shape: Sequence[int], ggml_type: int, offset: int) -> bytes:
-    return (gguf_string(name) + struct.pack("<I", len(shape))
-            + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack("<IQ", ggml_type, offset))
-
-
-def nbytes_of(shape: Sequence[int], ggml_type: int) -> int:
-    block_size, type_size = GGML_QUANT_SIZES[QT(ggml_type)]
-    n = 1
-    for d in shape:
-        n *= d
-    return n // block_size * type_size
 
 
 @dataclass

@@ -195,7 +195,7 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "duplicate key": (_header(0, 2) + kv("a", VT.UINT8, 1) * 2 + bytes(32), "duplicate"),
     "unknown value type": (_one_kv(gguf_string("k") + struct.pack("<I", 13)), "unknown value"),
     "string 2^63": (_one_kv(gguf_string("k") + struct.pack("<IQ", VT.STRING, 1 << 63)),
-                    "needs"),
+                    "more than the limit"),
     **{f"array {n}": (_one_kv(gguf_string("k") + struct.pack("<IIQ", VT.ARRAY, VT.UINT32, n)),
                       "past the end") for n in BIG},
     **{f"string array {n}": (_one_kv(gguf_string("k") + struct.pack("<IIQ", VT.ARRAY,

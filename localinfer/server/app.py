@@ -29,6 +29,7 @@ from localinfer.server.models.pool import ModelPool
 from localinfer.server.models.served import ServedModels
 from localinfer.server.ollama import routes_generate as ollama_generate
 from localinfer.server.ollama import routes_models as ollama_models
+from localinfer.server.openapi.document import openapi_route
 from localinfer.server.protocol import APIError
 from localinfer.server.responses import routes as responses_routes
 from localinfer.server.security import GuardMiddleware
@@ -95,6 +96,7 @@ def create_app(config: ServerConfig, *, model_path: Path | None = None,
         *ollama_generate.ROUTES,
         *routes_loaded.ROUTES,
     ]
+    routes.append(openapi_route(routes))
     middleware = [Middleware(MetricsMiddleware, metrics=state.metrics)]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=config.cors_origins,

@@ -2,7 +2,8 @@
 
 A number is seconds; a string is a Go duration ("5m", "30s", "1h30m", "500ms") or a plain
 number of seconds; 0 unloads the model as soon as its last request finishes; a negative value
-keeps it loaded until the server stops (returned here as None: no expiry).
+keeps it loaded until the server stops (returned here as None: no expiry), and so does one
+longer than LONGEST (a century: infinity, 1e300 s), which no clock or timer could represent.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from localinfer.errors import InvalidRequestError
 
 DEFAULT_KEEP_ALIVE = 300.0  # seconds (Ollama's default)
 FOREVER = None
+LONGEST = 100 * 365 * 86400.0
 _PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|ms|s|m|h)")
 _SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -32,7 +34,7 @@ def parse_keep_alive(value: Any) -> float | None:
         raise _invalid(value)
     if math.isnan(seconds):
         raise _invalid(value)
-    return FOREVER if seconds < 0 else seconds
+    return FOREVER if seconds < 0 or seconds > LONGEST else seconds
 
 
 def _parse_string(text: str) -> float:

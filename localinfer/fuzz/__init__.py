@@ -1,0 +1,1 @@
+"""Fuzzing harnesses: the HTTP API (schemathesis) and the GGUF reader (atheris)."""

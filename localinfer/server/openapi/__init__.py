@@ -1,0 +1,1 @@
+"""The server's OpenAPI description (GET /openapi.json): schemas, operations, the document."""
