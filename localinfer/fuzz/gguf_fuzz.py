@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import re
 import resource
@@ -110,7 +111,9 @@ def _atheris(cases: int, seconds: float, work: Path, findings: Path, case: Path,
         report.crashes += 1
         report.examples.append({"kind": "exit", "detail": f"fuzzer exited {proc.returncode}; "
                                 f"see {log}"})
-    report.peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    # the fuzzer's own peak (RUSAGE_CHILDREN would be the largest child this process ever
+    # waited for: under a test suite, a model server's)
+    report.peak_rss_mb = figures.get("peak_rss_kb", 0) / 1024
     return report
 
 
@@ -128,14 +131,27 @@ def _mutation(cases: int, seconds: float, seeds: list[bytes], findings: Path,
     tally = Tally(findings / "stats.json", findings)
     rng = random.Random(0)
     end = time.monotonic() + seconds
+    peak = _rss_bytes()
     while tally.figures["cases"] < cases and time.monotonic() < end:
         data = mutate(rng.choice(seeds), seeds, rng)
         tally.case(data, *timed_case(data, case),
                    retime=lambda data=data: timed_case(data, case)[1])
+        peak = max(peak, _rss_bytes())
     tally.write()
     report = GgufReport("mutation (random, in-process)", len(seeds), **_known(tally.figures))
-    report.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # in-process, so not the process's lifetime peak (a test suite's may be a loaded model's):
+    # the largest resident size seen after a case
+    report.peak_rss_mb = peak / (1 << 20)
     return report
+
+
+def _rss_bytes() -> int:
+    """This process's resident size now (its lifetime peak where /proc is missing)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 __all__ = ["HANG_S", "GgufReport", "fuzz_gguf"]
