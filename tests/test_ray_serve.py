@@ -91,10 +91,14 @@ def test_health_and_metrics_cover_the_replicas(cluster: str) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ok", "replicas": {"RUNNING": 2}}
     for i in range(6):  # different prefixes: both replicas serve and report
         chat(cluster, f"Persona {i}: {SYSTEM}", "Hi")
-    text = httpx.get(f"{cluster}/metrics", timeout=30).text
-    labelled = {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
-                if line.startswith("localinfer_prompt_tokens_total{")}
-    assert labelled == set(replica_pids()), text
+    assert metric_replicas(cluster) == set(replica_pids())
+
+
+def metric_replicas(url: str) -> set[str]:
+    """The replicas the ingress's /metrics has figures of."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
+            if line.startswith("localinfer_prompt_tokens_total{")}
 
 
 def test_shared_system_prompt_lands_on_one_replica_with_cache_hits(cluster: str) -> None:
@@ -187,6 +191,9 @@ def test_a_replica_killed_mid_load_loses_no_request_that_had_not_started(cluster
     stream that had no token yet completes elsewhere; one that was cut ends with an error
     event; the service then runs on two replicas again."""
     pids = replica_pids()
+    for i in range(6):  # both replicas serve and report figures before one dies
+        chat(cluster, f"Before {i}: {SYSTEM}", "Hi")
+    assert metric_replicas(cluster) == set(pids)
     results: dict[int, tuple[str | None, int, str | None]] = {}
     first_tokens = threading.Event()
 
@@ -228,3 +235,5 @@ def test_a_replica_killed_mid_load_loses_no_request_that_had_not_started(cluster
     assert victim not in new and len(new) == 2
     for i in range(4):
         assert chat(cluster, f"After {i}. {SYSTEM}", "Hi")[1].choices[0].message.content
+    # the dead replica's last figures no longer count in the ingress's /metrics
+    assert victim not in metric_replicas(cluster)

@@ -25,9 +25,13 @@ from localinfer.server.config import ServerConfig
 
 log = logging.getLogger("localinfer.cluster")
 HEAD_NODE_RESOURCE = "node:__internal_head__"  # Ray's marker resource of the head node
-# Serve runs a replica's methods on an event loop thread of their own: each output would cross
-# threads once more. The engine's generate never blocks its loop (the engine has its thread).
-ENGINE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+# By default Serve runs a replica's methods on an event loop thread of their own, and a
+# handle's router on another: each request and each output would cross threads once more on
+# either side. Neither deployment blocks its loop (the engine has its own thread; the ingress
+# serves HTTP on its own thread, whose loop then also runs the handle's router). Measured on
+# one-token requests: ~+4.2 -> ~+3.4 ms a request over plain `serve`.
+SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
+             "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,7 @@ def build_application(config: ServerConfig, model: str, options: ClusterOptions)
     engine = serve.deployment(
         EngineReplica, name=ENGINE_DEPLOYMENT,
         ray_actor_options={"num_cpus": options.threads_per_replica,
-                           "runtime_env": {"env_vars": ENGINE_ENV}},
+                           "runtime_env": {"env_vars": SERVE_ENV}},
         max_ongoing_requests=config.max_num_seqs, logging_config=_logging(config),
         request_router_config=RequestRouterConfig(request_router_class=ROUTERS[options.router],
                                                   request_router_kwargs=kwargs),
@@ -75,7 +79,8 @@ def build_application(config: ServerConfig, model: str, options: ClusterOptions)
     # on the head node, where --host/--port are; no CPU reserved (it tokenizes and forwards)
     ingress = serve.deployment(Ingress, name="ingress", num_replicas=1,
                                ray_actor_options={"num_cpus": 0,
-                                                  "resources": {HEAD_NODE_RESOURCE: 0.001}},
+                                                  "resources": {HEAD_NODE_RESOURCE: 0.001},
+                                                  "runtime_env": {"env_vars": SERVE_ENV}},
                                graceful_shutdown_timeout_s=config.drain_timeout + 10,
                                logging_config=_logging(config))
     return ingress.bind(config, engine.bind(replica_config, model))

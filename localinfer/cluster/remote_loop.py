@@ -90,6 +90,8 @@ class RemoteHandle:
                     gen.cancel()
                     raise
                 except RayError as exc:
+                    if self._replica_of_attempt is not None:  # its figures are history now
+                        self._loop.replica_stats.pop(self._replica_of_attempt, None)
                     if self.replica.done() or self.attempts >= MAX_ATTEMPTS:
                         log.warning("request %s: replica %s failed: %s", self._request_id,
                                     self._replica_of_attempt, exc)
