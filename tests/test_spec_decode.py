@@ -538,3 +538,39 @@ def test_speculator_weighs_the_proposers_time_against_a_decode_step():
 
     assert rounds(1.0).paused == 0  # 30 ms of drafting against 1 s steps: one token pays
     assert rounds(0.01).paused > 0  # against 10 ms steps: three steps' worth for one token
+
+
+def test_break_even_speculation_counts_as_a_miss():
+    """A draft whose accepted guesses only pay for themselves (gain ~0 a verification) is
+    paused: what the cost model does not see makes break-even a loss in practice."""
+    from localinfer.engine.adaptive_k import MARGIN, VERIFY_COST
+
+    even = AdaptiveK(4)
+    for _ in range(MISSES_TO_PAUSE):
+        even.record(2, 1, proposer_steps=1.0 - 2 * VERIFY_COST)  # gain exactly 0
+    assert even.want() == 0 and even.paused
+    ahead = AdaptiveK(4)
+    for _ in range(MISSES_TO_PAUSE):
+        ahead.record(2, 1, proposer_steps=1.0 - 2 * VERIFY_COST - 2 * MARGIN)
+    assert ahead.want() > 0
+
+
+def test_speculator_measures_what_a_guess_adds_to_a_step():
+    from localinfer.engine.adaptive_k import VERIFY_COST
+    from localinfer.engine.ngram_proposer import NgramProposer
+    from localinfer.engine.speculator import Speculator
+
+    speculator = Speculator(NgramProposer(), 4)
+    speculator.observe_step(0.13, guessed=2)  # no plain step timed yet: the model's cost
+    assert speculator.guess_cost == VERIFY_COST
+    assert abs(speculator.step_seconds - 0.13 / (1 + 2 * VERIFY_COST)) < 1e-9
+    for _ in range(40):  # plain steps of 100 ms, steps with 2 guesses of 130 ms
+        speculator.observe_step(0.10)
+        speculator.observe_step(0.13, guessed=2)
+    assert abs(speculator.step_seconds - 0.10) < 1e-6
+    assert abs(speculator.guess_cost - 0.15) < 1e-3  # 30 ms over 2 guesses of a 100 ms step
+    # the measured cost is what a verification is charged
+    seq = Sequence(0, "r0", [1, 2, 3, 1, 2], SamplingParams(max_tokens=50))
+    seq.adaptive_k = AdaptiveK(4, verifications=1)  # net 0 so far; a moving average of 0.3
+    speculator.record(seq, 4, 1)
+    assert abs(seq.adaptive_k.net - 0.3 * (1 - 4 * 0.15)) < 1e-3

@@ -8,10 +8,11 @@ only as far as its recent guesses held:
 - one that rejected a guess after a accepted ones sets k to a + 1, and at least one less
   than before: the guesses held about that far;
 - a verification's gain is the guesses it accepted minus what they cost, in target steps: the
-  extra positions the step computed (VERIFY_COST a guess) plus the proposer's time (a draft
+  extra positions the step computed (VERIFY_COST a guess, or what speculator.py measured)
+  plus the proposer's time (a draft
   model's forward passes) over a plain step's (speculator.py measures both; an n-gram
   lookup's is nil); it is a loss when it accepted nothing or when the running gain (an
-  average over the last few verifications) has fallen below zero, so a draft whose single
+  average over the last few verifications) has fallen below MARGIN, so a draft whose single
   accepted guesses only pay back the rejected rounds' cost also counts as losing;
 - after MISSES_TO_PAUSE losses in a row, the sequence stops guessing for `backoff` of its
   steps (k = 0), then probes again with one guess; each pause is twice as long as the one
@@ -29,6 +30,11 @@ MISSES_TO_PAUSE = 3
 # what a guessed position adds to a step, in plain steps (a 9-token step of Qwen2.5-Coder-0.5B
 # costs 1.8x a 1-token one on 2 cores: 0.1 a guess)
 VERIFY_COST = 0.1
+# the running gain a sequence must keep, in tokens a verification: what the cost model does
+# not see (a draft's catch-up after a pause, the probes, Python around the proposer) makes
+# break-even speculation a loss in practice (the 1.5B's story with the 0.5B drafting ran at
+# 0.95x plain with its gain hovering about 0)
+MARGIN = 0.25
 MIN_BACKOFF = 8
 MAX_BACKOFF = 128
 
@@ -54,13 +60,15 @@ class AdaptiveK:
             return 0
         return self.k
 
-    def record(self, proposed: int, accepted: int, proposer_steps: float = 0.0) -> None:
+    def record(self, proposed: int, accepted: int, proposer_steps: float = 0.0,
+               guess_cost: float = VERIFY_COST) -> None:
         """A verification of `proposed` guesses accepted the first `accepted`; making them
-        took the proposer `proposer_steps` plain target steps' worth of time."""
+        took the proposer `proposer_steps` plain target steps' worth of time, and each
+        guessed position added `guess_cost` of a step to the verifying step."""
         self.verifications += 1
-        gain = accepted - (VERIFY_COST * proposed + proposer_steps)
+        gain = accepted - (guess_cost * proposed + proposer_steps)
         self.net = gain if self.verifications == 1 else 0.7 * self.net + 0.3 * gain
-        loss = accepted == 0 or self.net < 0
+        loss = accepted == 0 or self.net < MARGIN
         if not loss:
             self.misses = 0
             self.backoff = MIN_BACKOFF

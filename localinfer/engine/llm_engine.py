@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 
 from localinfer.backend import ModelRunner
-from localinfer.engine.adaptive_k import VERIFY_COST
 from localinfer.engine.batch import ScheduledBatch
 from localinfer.engine.block_manager import BlockManager
 from localinfer.engine.config import EngineConfig
@@ -259,14 +258,13 @@ class LLMEngine:
     def _observe_decode_step(self, batch: ScheduledBatch, sample_seqs: list[Sequence],
                              speculating: list[tuple[Sequence, list[int]]],
                              seconds: float) -> None:
-        """Tell the speculator what a plain decode step costs: from steps where every sequence
-        decoded (a last prefill chunk also samples, but brings its whole chunk), the guessed
-        positions' share (VERIFY_COST each) taken out."""
+        """Time the step for the speculator when every sequence in it decoded, with or
+        without guesses (a last prefill chunk also samples, but brings its whole chunk)."""
         guessed = sum(len(rows) - 1 for _, rows in speculating)
         n_seqs = len(sample_seqs) + len(speculating)
         if n_seqs == batch.num_seqs and batch.num_tokens == n_seqs + guessed:
             assert self.speculator is not None
-            self.speculator.observe_step(seconds / (1.0 + VERIFY_COST * guessed / n_seqs))
+            self.speculator.observe_step(seconds, guessed, n_seqs)
 
     def _collect_logits(
         self, batch: ScheduledBatch, logits: np.ndarray

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 
-from localinfer.engine.adaptive_k import AdaptiveK
+from localinfer.engine.adaptive_k import VERIFY_COST, AdaptiveK
 from localinfer.engine.proposer import Proposer
 from localinfer.engine.sequence import Sequence
 
@@ -46,6 +46,10 @@ class Speculator:
         # seconds of a decode step of the target (a moving average, None before the first):
         # what a guess's share of the proposer's time is weighed against
         self.step_seconds: float | None = None
+        # what a guessed position adds to a step, in plain steps: VERIFY_COST until steps
+        # with and without guesses have both been timed, then measured (a moving average)
+        self.guess_cost = VERIFY_COST
+        self._plain_timed = False
         self._proposer_seconds: dict[int, float] = {}  # seq_id -> its share of the last call
 
     def propose(self, decodes: list[Sequence], budget: int,
@@ -83,11 +87,23 @@ class Speculator:
                 self._proposer_seconds[seq.seq_id] = share
         return out
 
-    def observe_step(self, seconds: float) -> None:
-        """A plain decode step of the target took `seconds` (the engine's estimate from a
-        step in which every sequence decoded or verified)."""
+    def observe_step(self, seconds: float, guessed: int = 0, n_seqs: int = 1) -> None:
+        """A step in which `n_seqs` sequences each decoded one token, plus `guessed` guessed
+        positions among them, took `seconds`. Steps without guesses time a plain step; once
+        one has, steps with guesses time what a guess adds (the 1.5B verifying the 0.5B's
+        guesses: ~0.13 of a step, not the 0.1 measured on the 0.5B); before that a step with
+        guesses stands for a plain one with the model's VERIFY_COST taken out."""
         s = self.step_seconds
-        self.step_seconds = seconds if s is None else 0.8 * s + 0.2 * seconds
+        if guessed == 0:
+            self.step_seconds = seconds if s is None or not self._plain_timed else (
+                0.8 * s + 0.2 * seconds)
+            self._plain_timed = True
+        elif self._plain_timed and s is not None:
+            per_guess = max(seconds - s, 0.0) / s * n_seqs / guessed
+            self.guess_cost = 0.8 * self.guess_cost + 0.2 * per_guess
+        else:
+            plain = seconds / (1.0 + VERIFY_COST * guessed / n_seqs)
+            self.step_seconds = plain if s is None else 0.8 * s + 0.2 * plain
 
     def record(self, seq: Sequence, proposed: int, accepted: int) -> None:
         """A verification of the sequence's guesses accepted the first `accepted`."""
@@ -100,7 +116,7 @@ class Speculator:
             # weighed against what its first guesses gained
             first = seq.adaptive_k.verifications == 0
             steps = spent / self.step_seconds if self.step_seconds and not first else 0.0
-            seq.adaptive_k.record(proposed, accepted, steps)
+            seq.adaptive_k.record(proposed, accepted, steps, self.guess_cost)
         self.proposer.accepted(seq, proposed, accepted)
 
     def free(self, seq: Sequence) -> None:
