@@ -574,3 +574,37 @@ def test_speculator_measures_what_a_guess_adds_to_a_step():
     seq.adaptive_k = AdaptiveK(4, verifications=1)  # net 0 so far; a moving average of 0.3
     speculator.record(seq, 4, 1)
     assert abs(seq.adaptive_k.net - 0.3 * (1 - 4 * 0.15)) < 1e-3
+
+
+def test_a_drafts_empty_proposals_count_as_misses_and_lookups_do_not():
+    """A draft's forward pass that found no guess it was sure of is spent time: three in a
+    row pause the sequence. An n-gram lookup that found nothing costs nothing: it keeps
+    looking every step."""
+    import time
+
+    from localinfer.engine.proposer import Proposer
+    from localinfer.engine.speculator import Speculator
+
+    class Unsure(Proposer):
+        def propose(self, seqs, ks):
+            time.sleep(0.005)  # a draft's forward pass
+            return [[] for _ in seqs]
+
+    class Draft(Unsure):
+        runs_a_model = True
+
+    def calls(proposer):
+        speculator = Speculator(proposer, 4)
+        speculator.observe_step(0.01)
+        seq = Sequence(0, "r0", [1, 2, 3], SamplingParams(max_tokens=50))
+        asked = 0
+        for _ in range(1 + MISSES_TO_PAUSE + 4):
+            if seq.adaptive_k is None or seq.adaptive_k.paused == 0:
+                asked += 1
+            assert speculator.propose([seq], 16, 1000) == []
+        return seq.adaptive_k, asked
+
+    state, asked = calls(Draft())
+    assert state.paused > 0 and asked == MISSES_TO_PAUSE
+    state, asked = calls(Unsure())
+    assert state.paused == 0 and state.verifications == 0 and asked == 1 + MISSES_TO_PAUSE + 4

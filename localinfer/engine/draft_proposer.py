@@ -57,6 +57,7 @@ def check_vocab(draft_name: str, target_gguf: Any, draft_gguf: Any,
 
 class DraftProposer(Proposer):
     name = "draft"
+    runs_a_model = True
 
     def __init__(self, runner: Any, max_model_len: int, max_num_seqs: int = 16,
                  confidence: float | None = None) -> None:

@@ -17,7 +17,8 @@ loss. The rules, applied after the scheduler has placed every decode and prefill
 - a sequence stops guessing for a while once its verifications keep accepting fewer tokens
   than they cost (adaptive_k.py): the proposer's time is measured per call and weighed
   against the target's decode step, so a draft model that disagrees too often is paused as an
-  n-gram lookup that misses is;
+  n-gram lookup that misses is; a draft's call that found no guess sure enough counts as a
+  round that accepted nothing;
 - a constrained sequence (structured output) keeps only the guesses its grammar accepts in a
   row (Guide.valid_prefix): a guess the grammar refuses could never be verified, and the
   ones after it would be computed for nothing.
@@ -85,6 +86,10 @@ class Speculator:
             if g:
                 out.append((seq, g))
                 self._proposer_seconds[seq.seq_id] = share
+            elif self.proposer.runs_a_model:
+                # nothing to verify, but a draft's pass is spent (no guess was sure enough):
+                # a round that accepted nothing
+                self._weigh(seq, 0, 0, share)
         return out
 
     def observe_step(self, seconds: float, guessed: int = 0, n_seqs: int = 1) -> None:
@@ -110,14 +115,18 @@ class Speculator:
         self.verifications += 1
         self.proposed_tokens += proposed
         self.accepted_tokens += accepted
-        spent = self._proposer_seconds.pop(seq.seq_id, 0.0)
-        if seq.adaptive_k is not None:
-            # a first proposal includes a draft's prefill of the prompt, paid once: not
-            # weighed against what its first guesses gained
-            first = seq.adaptive_k.verifications == 0
-            steps = spent / self.step_seconds if self.step_seconds and not first else 0.0
-            seq.adaptive_k.record(proposed, accepted, steps, self.guess_cost)
+        self._weigh(seq, proposed, accepted, self._proposer_seconds.pop(seq.seq_id, 0.0))
         self.proposer.accepted(seq, proposed, accepted)
+
+    def _weigh(self, seq: Sequence, proposed: int, accepted: int, spent: float) -> None:
+        """The sequence's AdaptiveK learns what the round gained against what it cost."""
+        if seq.adaptive_k is None:
+            return
+        # a first proposal includes a draft's prefill of the prompt, paid once: not weighed
+        # against what its first guesses gained
+        first = seq.adaptive_k.verifications == 0
+        steps = spent / self.step_seconds if self.step_seconds and not first else 0.0
+        seq.adaptive_k.record(proposed, accepted, steps, self.guess_cost)
 
     def free(self, seq: Sequence) -> None:
         seq.spec_token_ids = []
