@@ -56,7 +56,7 @@ def enabled() -> bool:
                                                                           "false")
 
 
-def _digests_dir() -> Path:
+def digests_dir() -> Path:
     return paths.weight_cache_dir() / "digests"
 
 
@@ -67,7 +67,7 @@ def load_or_build(gguf_path: Path, family: str, version: str, build: Callable[[]
     if not enabled():
         return build(), False
     folder = paths.weight_cache_dir()
-    digest, previous = file_digest(gguf_path, _digests_dir())
+    digest, previous = file_digest(gguf_path, digests_dir())
     if previous is not None:  # the file at this path changed: its old entries are dead
         _remove(folder.glob(f"{previous}.*{SUFFIX}"))
     key = {"format": FORMAT, "sha256": digest, "family": family, "version": version}
@@ -80,20 +80,31 @@ def load_or_build(gguf_path: Path, family: str, version: str, build: Callable[[]
     with contextlib.suppress(OSError):  # a full or read-only disk: run uncached
         write_entry(target, key, tree)
         _remove(p for p in folder.glob(f"{digest}.{family}.*{SUFFIX}") if p != target)
-        # files deleted since (a model removed by hand, a test's temporary copy): their
-        # entries and memos go too, so the folder holds only what some file still needs
-        gone, _ = prune(_digests_dir())
-        _remove(p for d in gone for p in folder.glob(f"{d}.*{SUFFIX}"))
+        prune_dead()
         remove_stale_temps(folder)
     return tree, False
 
 
+def prune_dead() -> None:
+    """Files deleted since they were hashed (a model removed by hand, a test's temporary
+    copy): their entries, draft copies (draft_file.py) and memos go, so the cache holds only
+    what some file still needs."""
+    from localinfer.engine.draft_file import drafts_dir
+
+    gone, _ = prune(digests_dir())
+    _remove(p for d in gone for p in paths.weight_cache_dir().glob(f"{d}.*{SUFFIX}"))
+    _remove(p for d in gone for p in drafts_dir().glob(f"{d}.*.gguf"))
+
+
 def forget(gguf_path: Path) -> None:
     """Drop the cache entries of the file at `gguf_path` (before it is deleted)."""
-    digest = remembered(_digests_dir(), gguf_path)
+    from localinfer.engine.draft_file import drafts_dir
+
+    digest = remembered(digests_dir(), gguf_path)
     if digest is not None:
         _remove(paths.weight_cache_dir().glob(f"{digest}.*{SUFFIX}"))
-    forget_digest(_digests_dir(), gguf_path)
+        _remove(drafts_dir().glob(f"{digest}.*.gguf"))  # its copy as a draft (draft_file.py)
+    forget_digest(digests_dir(), gguf_path)
 
 
 def _remove(files: Iterable[Path]) -> None:

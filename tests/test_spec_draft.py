@@ -67,6 +67,7 @@ def test_draft_greedy_equals_plain_alone_and_batched(models, plain, monkeypatch,
 
 def test_draft_equal_to_target_is_always_accepted(models, plain, monkeypatch):
     monkeypatch.setattr(draft_proposer, "CONFIDENCE", 0.0)
+    monkeypatch.setenv("LOCALINFER_DRAFT_REQUANT", "0")  # the draft is the target's own file
     with LLM(models[0], threads=1, speculative=str(models[0]), num_speculative_tokens=4) as llm:
         assert tokens(llm, PROMPTS) == plain
         spec = llm.engine.speculator
@@ -161,3 +162,41 @@ def test_draft_on_llamacpp_gives_plain_tokens(models, monkeypatch):
         assert tokens(llm, PROMPTS) == plain
         spec = llm.engine.speculator
         assert 0 < spec.accepted_tokens < spec.proposed_tokens
+
+
+def test_a_draft_runs_from_its_q4_0_copy_made_once(models, plain, tmp_path, monkeypatch):
+    """A draft not in Q4_0 runs from a Q4_0 copy made once in the cache (draft_file.py): the
+    tokens are still the target's own, a second load reuses the copy, a Q4_0 file runs as it
+    is, LOCALINFER_DRAFT_REQUANT=0 keeps the file, and removing the model (or deleting its
+    file) removes the copy."""
+    from localinfer import weight_cache
+    from localinfer.engine.draft_file import draft_file, drafts_dir
+    from localinfer.ggml_types import GGMLQuantizationType as Q
+    from localinfer.gguf_file import open_gguf
+
+    monkeypatch.setenv("LOCALINFER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(draft_proposer, "CONFIDENCE", 0.0)
+    source = tmp_path / "draft.gguf"
+    source.write_bytes(models[1].read_bytes())
+    with LLM(models[0], threads=1, speculative=str(source), num_speculative_tokens=4) as llm:
+        assert tokens(llm, PROMPTS) == plain
+        runner = llm.engine.speculator.proposer.runner
+        copy = Path(runner.gguf.path)
+        assert copy.parent == drafts_dir() and llm.engine.speculator.accepted_tokens > 0
+    with open_gguf(copy) as g:
+        weights = [t for t in g.tensors.values() if len(t.shape) == 2]
+        assert weights and all(t.ggml_type == Q.Q4_0 for t in weights)
+    made = copy.stat().st_mtime_ns
+    assert draft_file(source) == copy and copy.stat().st_mtime_ns == made  # reused
+    assert draft_file(copy) == copy  # already Q4_0
+    monkeypatch.setenv("LOCALINFER_DRAFT_REQUANT", "0")
+    assert draft_file(source) == source
+    weight_cache.forget(source)
+    assert not copy.exists()
+    # a copy whose source was deleted goes when another copy is made
+    monkeypatch.setenv("LOCALINFER_DRAFT_REQUANT", "1")
+    copy = draft_file(source)
+    source.unlink()
+    other = tmp_path / "other.gguf"
+    other.write_bytes(models[0].read_bytes())
+    assert draft_file(other).exists() and not copy.exists()

@@ -179,21 +179,28 @@ def load_draft(model: str, target: Any, target_tokenizer: Any, max_model_len: in
     n_gpu_layers or flash_attn apply to both models) and as many KV blocks as the target's
     pool, after checking that its vocabulary is the target's."""
     from localinfer.catalog import Catalog
+    from localinfer.engine.draft_file import draft_file
     from localinfer.gguf_file import open_gguf
     from localinfer.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
     from localinfer.tokenizer.cache import load_tokenizer
 
-    path = Catalog.load().resolve(model, progress=progress)
-    gguf = open_gguf(path)
+    source = Catalog.load().resolve(model, progress=progress)
+    gguf = open_gguf(source)
     try:
         runner_cls = type(target)
-        config = ModelConfig.from_gguf(gguf, strict_arch=not runner_cls.supports_any_architecture)
+        strict = not runner_cls.supports_any_architecture
+        config = ModelConfig.from_gguf(gguf, strict_arch=strict)
         if config.arch in SUPPORTED_ARCHITECTURES:
             config.check_tensors(gguf)
         check_vocab(model, target.gguf, gguf, target_tokenizer, load_tokenizer(gguf))
         if config.sliding_window > 0 and any(config.swa_layers):
             raise InvalidRequestError(
                 f"draft model {model} has sliding-window layers: not supported as a draft")
+        path = draft_file(source)  # checked first: nothing is made for a misfit
+        if path != source:
+            gguf.close()
+            gguf = open_gguf(path)
+            config = ModelConfig.from_gguf(gguf, strict_arch=strict)
         runner = runner_cls(gguf, config, num_blocks=target.num_blocks,
                             block_size=target.block_size, threads=target.threads,
                             **(backend_options or {}))
