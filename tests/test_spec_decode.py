@@ -11,7 +11,12 @@ from engine_fakes import EOS, FakeDetokenizer, FakeRunner, FakeTokenizer, make_e
 from test_llm_engine import run
 
 import localinfer.engine.llm_engine as llm_engine
-from localinfer.engine.adaptive_k import MISSES_TO_PAUSE, AdaptiveK
+from localinfer.engine.adaptive_k import (
+    DRAFT_MIN_BACKOFF,
+    MIN_BACKOFF,
+    MISSES_TO_PAUSE,
+    AdaptiveK,
+)
 from localinfer.engine.block_manager import _ROOT_HASH
 from localinfer.engine.config import EngineConfig
 from localinfer.engine.llm_engine import LLMEngine
@@ -314,12 +319,14 @@ def test_adaptive_k_pauses_under_constant_rejection_and_probes_again():
     wants = [state.want() for _ in range(8)]
     assert wants == [0] * 8  # paused
     assert state.want() == 1  # then a probe of one guess
-    for _ in range(MISSES_TO_PAUSE):
-        state.record(1, 0)
-    assert [state.want() for _ in range(16)] == [0] * 16  # a longer pause each time
+    state.record(1, 0)  # a probe that loses pauses again at once, for longer
+    assert [state.want() for _ in range(16)] == [0] * 16
     state.want()
-    state.record(1, 1)
-    assert state.want() == 2
+    state.record(1, 1)  # a probe that pays: guessing again, further
+    assert state.want() == 2 and not state.probing
+    for _ in range(MISSES_TO_PAUSE - 1):
+        state.record(2, 0)
+    assert state.want() > 0  # out of probing, a pause takes MISSES_TO_PAUSE losses again
 
 
 class _Grammar:
@@ -606,5 +613,8 @@ def test_a_drafts_empty_proposals_count_as_misses_and_lookups_do_not():
 
     state, asked = calls(Draft())
     assert state.paused > 0 and asked == MISSES_TO_PAUSE
+    # a draft's pauses start longer than a lookup's: each probe first catches up the pause
+    assert state.min_backoff == DRAFT_MIN_BACKOFF > MIN_BACKOFF
+    assert state.paused == DRAFT_MIN_BACKOFF - (1 + MISSES_TO_PAUSE + 4 - MISSES_TO_PAUSE)
     state, asked = calls(Unsure())
     assert state.paused == 0 and state.verifications == 0 and asked == 1 + MISSES_TO_PAUSE + 4
