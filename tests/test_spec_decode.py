@@ -319,8 +319,22 @@ def test_adaptive_k_pauses_under_constant_rejection_and_probes_again():
     wants = [state.want() for _ in range(8)]
     assert wants == [0] * 8  # paused
     assert state.want() == 1  # then a probe of one guess
-    state.record(1, 0)  # a probe that loses pauses again at once, for longer
-    assert [state.want() for _ in range(16)] == [0] * 16
+    for _ in range(MISSES_TO_PAUSE):
+        state.record(1, 0)
+    assert [state.want() for _ in range(16)] == [0] * 16  # a longer pause each time
+    state.want()
+    state.record(1, 1)
+    assert state.want() == 2
+
+
+def test_a_drafts_probe_that_loses_pauses_again_at_once():
+    state = AdaptiveK(8, dear=True)
+    for _ in range(MISSES_TO_PAUSE):
+        state.record(state.want(), 0)
+    assert [state.want() for _ in range(DRAFT_MIN_BACKOFF)] == [0] * DRAFT_MIN_BACKOFF
+    assert state.want() == 1
+    state.record(1, 0)  # the probe lost: paused again, for longer
+    assert [state.want() for _ in range(2 * DRAFT_MIN_BACKOFF)] == [0] * (2 * DRAFT_MIN_BACKOFF)
     state.want()
     state.record(1, 1)  # a probe that pays: guessing again, further
     assert state.want() == 2 and not state.probing
@@ -547,16 +561,20 @@ def test_speculator_weighs_the_proposers_time_against_a_decode_step():
     assert rounds(0.01).paused > 0  # against 10 ms steps: three steps' worth for one token
 
 
-def test_break_even_speculation_counts_as_a_miss():
+def test_break_even_drafting_counts_as_a_miss():
     """A draft whose accepted guesses only pay for themselves (gain ~0 a verification) is
     paused: what the cost model does not see makes break-even a loss in practice."""
     from localinfer.engine.adaptive_k import MARGIN, VERIFY_COST
 
-    even = AdaptiveK(4)
+    even = AdaptiveK(4, dear=True)
     for _ in range(MISSES_TO_PAUSE):
         even.record(2, 1, proposer_steps=1.0 - 2 * VERIFY_COST)  # gain exactly 0
     assert even.want() == 0 and even.paused
-    ahead = AdaptiveK(4)
+    lookup = AdaptiveK(4)  # a lookup's cost is all measured: break-even is not a loss
+    for _ in range(MISSES_TO_PAUSE):
+        lookup.record(2, 1, proposer_steps=1.0 - 2 * VERIFY_COST)
+    assert lookup.want() > 0
+    ahead = AdaptiveK(4, dear=True)
     for _ in range(MISSES_TO_PAUSE):
         ahead.record(2, 1, proposer_steps=1.0 - 2 * VERIFY_COST - 2 * MARGIN)
     assert ahead.want() > 0
@@ -614,7 +632,7 @@ def test_a_drafts_empty_proposals_count_as_misses_and_lookups_do_not():
     state, asked = calls(Draft())
     assert state.paused > 0 and asked == MISSES_TO_PAUSE
     # a draft's pauses start longer than a lookup's: each probe first catches up the pause
-    assert state.min_backoff == DRAFT_MIN_BACKOFF > MIN_BACKOFF
+    assert state.dear and state.min_backoff == DRAFT_MIN_BACKOFF > MIN_BACKOFF
     assert state.paused == DRAFT_MIN_BACKOFF - (1 + MISSES_TO_PAUSE + 4 - MISSES_TO_PAUSE)
     state, asked = calls(Unsure())
     assert state.paused == 0 and state.verifications == 0 and asked == 1 + MISSES_TO_PAUSE + 4

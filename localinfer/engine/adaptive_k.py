@@ -12,12 +12,13 @@ only as far as its recent guesses held:
   plus the proposer's time (a draft
   model's forward passes) over a plain step's (speculator.py measures both; an n-gram
   lookup's is nil); it is a loss when it accepted nothing or when the running gain (an
-  average over the last few verifications) has fallen below MARGIN, so a draft whose single
-  accepted guesses only pay back the rejected rounds' cost also counts as losing;
+  average over the last few verifications) has fallen below zero (below MARGIN for a draft
+  model), so a draft whose single accepted guesses only pay back the rejected rounds' cost
+  also counts as losing;
 - after MISSES_TO_PAUSE losses in a row, the sequence stops guessing for `backoff` of its
-  steps (k = 0), then probes again with one guess; a probe that loses pauses it again at
-  once; each pause is twice as long as the one before (up to MAX_BACKOFF), and a
-  verification that paid resets it.
+  steps (k = 0; a draft model's first pause is DRAFT_MIN_BACKOFF), then probes again with
+  one guess (a draft's probe that loses pauses it again at once); each pause is twice as long
+  as the one before (up to MAX_BACKOFF), and a verification that paid resets it.
 
 So free text, where lookup rarely hits, soon costs nothing, and a sequence that starts to
 repeat its input (or itself) is found again within MAX_BACKOFF steps.
@@ -31,10 +32,12 @@ MISSES_TO_PAUSE = 3
 # what a guessed position adds to a step, in plain steps (a 9-token step of Qwen2.5-Coder-0.5B
 # costs 1.8x a 1-token one on 2 cores: 0.1 a guess)
 VERIFY_COST = 0.1
-# the running gain a sequence must keep, in tokens a verification: what the cost model does
-# not see (a draft's catch-up after a pause, the probes, Python around the proposer) makes
-# break-even speculation a loss in practice (the 1.5B's story with the 0.5B drafting ran at
-# 0.95x plain with its gain hovering about 0)
+# the running gain a draft-model sequence must keep, in tokens a verification: what the cost
+# model does not see (a draft's catch-up after a pause, the probes, Python around the
+# proposer) makes break-even drafting a loss in practice (the 1.5B's story with the 0.5B
+# drafting ran at 0.95x plain with its gain hovering about 0). A lookup's cost is the
+# verifying step's alone, which is measured: it keeps guessing while the gain is >= 0 (with
+# this margin the 0.5B's code edit fell from 4.2x to 3.2x).
 MARGIN = 0.25
 MIN_BACKOFF = 8
 # a draft model's probe first catches up with every token of the pause (a forward pass over
@@ -50,7 +53,9 @@ class AdaptiveK:
     k: int = -1  # -1: not set yet, max_k
     misses: int = 0  # losses in a row: verifications that accepted less than they cost
     paused: int = 0  # steps left without guessing
-    min_backoff: int = MIN_BACKOFF  # the first pause (DRAFT_MIN_BACKOFF for a draft model)
+    # the proposer runs a model (a draft): every round costs its forward passes, which the
+    # cost model sees only in part, and a probe first catches up with the whole pause
+    dear: bool = False
     backoff: int = -1  # length of the next pause (-1: not set yet, min_backoff)
     verifications: int = 0
     net: float = 0.0  # running gain per verification (tokens beyond their cost), an average
@@ -61,6 +66,10 @@ class AdaptiveK:
             self.k = self.max_k
         if self.backoff < 0:
             self.backoff = self.min_backoff
+
+    @property
+    def min_backoff(self) -> int:
+        return DRAFT_MIN_BACKOFF if self.dear else MIN_BACKOFF
 
     def want(self) -> int:
         """Guesses to ask for this step (one call per step the sequence decodes in)."""
@@ -79,7 +88,7 @@ class AdaptiveK:
         # the first verification, and a probe after a pause, start the average afresh
         fresh = self.verifications == 1 or self.probing
         self.net = gain if fresh else 0.7 * self.net + 0.3 * gain
-        loss = accepted == 0 or self.net < MARGIN
+        loss = accepted == 0 or self.net < (MARGIN if self.dear else 0.0)
         if not loss:
             self.misses = 0
             self.backoff = self.min_backoff
@@ -90,9 +99,9 @@ class AdaptiveK:
         self.k = max(1, min(self.k - 1, accepted + 1))
         if loss:
             self.misses += 1
-            # a probe that loses pauses again at once: for a draft model a probe is dear (it
-            # first catches up with every token of the pause)
-            if self.misses >= MISSES_TO_PAUSE or self.probing:
+            # a draft's probe that loses pauses it again at once (a lookup's probe costs a
+            # guessed position: it gets MISSES_TO_PAUSE, as at any time)
+            if self.misses >= MISSES_TO_PAUSE or (self.probing and self.dear):
                 self.misses = 0
                 self.probing = True
                 self.paused = self.backoff

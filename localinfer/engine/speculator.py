@@ -28,12 +28,7 @@ from __future__ import annotations
 
 import time
 
-from localinfer.engine.adaptive_k import (
-    DRAFT_MIN_BACKOFF,
-    MIN_BACKOFF,
-    VERIFY_COST,
-    AdaptiveK,
-)
+from localinfer.engine.adaptive_k import VERIFY_COST, AdaptiveK
 from localinfer.engine.proposer import Proposer
 from localinfer.engine.sequence import Sequence
 
@@ -70,8 +65,7 @@ class Speculator:
             if budget < 1:
                 break
             if seq.adaptive_k is None:
-                seq.adaptive_k = AdaptiveK(self.max_k, min_backoff=DRAFT_MIN_BACKOFF
-                                           if self.proposer.runs_a_model else MIN_BACKOFF)
+                seq.adaptive_k = AdaptiveK(self.max_k, dear=self.proposer.runs_a_model)
             params = seq.sampling_params
             k = min(seq.adaptive_k.want(), budget,
                     params.max_tokens - seq.num_output_tokens - 1,
