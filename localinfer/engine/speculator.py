@@ -96,8 +96,9 @@ class Speculator:
         """A step in which `n_seqs` sequences each decoded one token, plus `guessed` guessed
         positions among them, took `seconds`. Steps without guesses time a plain step; once
         one has, steps with guesses time what a guess adds (the 1.5B verifying the 0.5B's
-        guesses: ~0.13 of a step, not the 0.1 measured on the 0.5B); before that a step with
-        guesses stands for a plain one with the model's VERIFY_COST taken out."""
+        guesses: 0.07-0.15 of a step over a story, noisy from step to step, hence the moving
+        average); before that a step with guesses stands for a plain one with the model's
+        VERIFY_COST taken out."""
         s = self.step_seconds
         if guessed == 0:
             self.step_seconds = seconds if s is None or not self._plain_timed else (
