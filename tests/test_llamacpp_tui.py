@@ -17,7 +17,7 @@ from localinfer.tui.app import ChatApp  # noqa: E402
 from localinfer.tui.conversation import ChatSettings, Conversation  # noqa: E402
 from localinfer.tui.session import LoadOptions  # noqa: E402
 from localinfer.tui.store import ConversationStore  # noqa: E402
-from test_tui_pilot import SIZE, send, views, wait_for  # noqa: E402
+from test_tui_pilot import SIZE, ParkedEngine, send, views, wait_for  # noqa: E402
 
 
 def test_chat_app_on_the_llamacpp_backend(smollm2_path: Path, tmp_path: Path) -> None:
@@ -45,11 +45,16 @@ def test_chat_app_on_the_llamacpp_backend(smollm2_path: Path, tmp_path: Path) ->
             await pilot.press("ctrl+n")
             await wait_for(pilot, lambda: app.chat.conv.id != old_id)
             app.chat.conv.settings = ChatSettings(temperature=0.0, max_tokens=400)
-            await pilot.press(*"Count from 1 to 200, one number per line.", "enter")
-            await wait_for(pilot, lambda: bool((v := app.chat.messages.last("assistant"))
-                                              and v.content))
-            await pilot.press("escape")
-            await wait_for(pilot, lambda: not app.chat.generating, timeout=10)
+            # the engine waits before its 4th step until Escape was pressed: unparked, the
+            # reply could end before the UI asked to stop (it did once, in CI)
+            with ParkedEngine(app.session) as engine:
+                await pilot.press(*"Count from 1 to 200, one number per line.", "enter")
+                await wait_for(pilot, engine.parked.is_set)
+                await wait_for(pilot, lambda: bool((v := app.chat.messages.last("assistant"))
+                                                  and v.content))
+                await pilot.press("escape")
+                engine.release.set()
+                await wait_for(pilot, lambda: not app.chat.generating, timeout=10)
             assert app.chat.conv.messages[-1].meta["finish_reason"] == "abort"
             await wait_for(pilot, lambda: app.session.stats().kv_blocks_used == 0, timeout=5)
             assert not runner.kv.live  # llama.cpp's sequence dropped too
