@@ -17,7 +17,7 @@ import pytest
 
 from localinfer.bench.soak.analysis import analyse, histogram_quantile, rss_figures
 from localinfer.bench.soak.client import Outcome
-from localinfer.bench.soak.main import parse_duration
+from localinfer.bench.soak.main import parse_duration, server_options
 from localinfer.bench.soak.sampler import Sample, parse_metrics
 from localinfer.bench.soak.workload import HOSTILE_KINDS, Workload
 from localinfer.errors import InvalidRequestError
@@ -130,6 +130,25 @@ def test_workload_mix_and_hostile_bodies() -> None:
     assert parse_duration("2m") == 120 and parse_duration("45") == 45
 
 
+def test_own_server_options() -> None:
+    """The soak's own server: --overload admits only what runs at once and one prompt's
+    prefill at a time (its TTFT target depends on it); each can be set or turned off."""
+    from localinfer.cli import build_parser
+
+    def argv(*extra: str) -> list[str]:
+        args = build_parser("bench").parse_args(["bench", "soak", *extra])
+        return server_options(args).argv(8000)
+
+    plain, over = argv(), argv("--overload")
+    assert plain[plain.index("--max-queue") + 1] == "16" and "--max-prefill-backlog" not in plain
+    assert over[over.index("--max-queue") + 1] == "0"
+    assert over[over.index("--max-prefill-backlog") + 1] == "0"
+    assert "--max-prefill-backlog" not in argv("--overload", "--max-prefill-backlog", "-1")
+    tuned = argv("--max-prefill-backlog", "256", "--max-queue", "4")
+    assert tuned[tuned.index("--max-prefill-backlog") + 1] == "256"
+    assert tuned[tuned.index("--max-queue") + 1] == "4"
+
+
 def test_abort_to_free_metric_on_a_real_disconnect(server) -> None:
     """The histogram the soak reads: a client hanging up mid-stream is one observation."""
     def count() -> float:
@@ -180,8 +199,9 @@ def test_short_soak_against_its_own_server(smollm2_path: Path, tmp_path: Path) -
 
 def test_overload_then_a_failing_engine(smollm2_path: Path) -> None:
     """One real server (2 running slots, no queue): a short overload run sheds with 429 +
-    Retry-After and compares TTFT with its unloaded baseline; then its engine raises on every
-    15th step and the soak's verdict says FAIL."""
+    Retry-After and compares TTFT with its unloaded baseline, its clients honouring the
+    Retry-After (a hammering run's come back sooner); then its engine raises on every 15th
+    step and the soak's verdict says FAIL."""
     pytest.importorskip("uvicorn")
     from server_harness import ServerThread
 
@@ -203,6 +223,9 @@ def test_overload_then_a_failing_engine(smollm2_path: Path) -> None:
     try:
         over = run(SoakPlan(srv.url, duration_s=6, capacity=2, warmup_s=0, baseline_requests=4,
                             seed=5), overload=True)
+        hammer = run(SoakPlan(srv.url, duration_s=4, capacity=2, warmup_s=0,
+                              baseline_requests=1, ignore_retry_after=True, seed=6),
+                     overload=True)
         srv.state.loop.step_hook = fault
         failing = run(SoakPlan(srv.url, clients=3, duration_s=8, capacity=2, burst_every_s=0,
                                warmup_s=0, hostile_rate=0.0, disconnect_rate=0.0, seed=3))
@@ -213,6 +236,10 @@ def test_overload_then_a_failing_engine(smollm2_path: Path) -> None:
     assert f["by_outcome"]["ok"] >= 2 and f["http_5xx"] == 0 and f["dropped"] == 0
     assert f["baseline_ttft_p99_s"] > 0 and f["ttft_p99_ratio"] > 0
     assert sum(o.phase == "baseline" for o in over.outcomes) == 4
+    # 6 clients honouring Retry-After: 1 (+-25%) send at most one request per 0.75 s each;
+    # hammering, they come back after 50-250 ms
+    assert f["rejections"] <= 6 * (6 / 0.75 + 1)
+    assert hammer.analysis.figures["rejections"] > 6 * (4 / 0.75 + 1)
     assert not failing.analysis.passed
     f = failing.analysis.figures
     assert f["stream_errors"] + f["http_5xx"] >= 1

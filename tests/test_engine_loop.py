@@ -160,6 +160,24 @@ def test_queue_limit_zero_admits_what_can_run_at_once() -> None:
     loop.shutdown(drain_timeout=5)
 
 
+def test_prefill_backlog_limit_refuses_until_the_prompts_are_computed() -> None:
+    # not started: prompts of 7 and 10 tokens wait for their prefill; a third is refused
+    # while more than 10 prompt tokens wait, whatever the free slots
+    loop = EngineLoop(make_engine(max_num_seqs=8), max_prefill_backlog=10)
+    first, second = loop.submit(PROMPTS[1], PARAMS), loop.submit(PROMPTS[2], PARAMS)
+    assert loop.prefill_backlog_tokens() == 7 + 10
+    with pytest.raises(QueueFullError, match="17 prompt tokens are waiting"):
+        loop.submit(PROMPTS[0], PARAMS)
+    loop.step_hook = lambda: time.sleep(0.05)  # both still decode when the backlog is gone
+    loop.start()
+    wait_until(lambda: loop.prefill_backlog_tokens() == 0)
+    assert loop.stats().num_running == 2
+    third = loop.submit(PROMPTS[3], PARAMS)  # computed prompts admit a new request again
+    for prompt, handle in ((PROMPTS[1], first), (PROMPTS[2], second), (PROMPTS[3], third)):
+        assert collect(handle)[0] == reference(prompt)
+    loop.shutdown(drain_timeout=5)
+
+
 def test_shutdown_drains_in_flight() -> None:
     loop = EngineLoop(make_engine()).start()
     handles = [loop.submit(p, PARAMS) for p in PROMPTS]

@@ -142,6 +142,58 @@ def test_24_a_full_server_refuses_before_tokenizing(single) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
 
+@pytest.fixture(scope="module")
+def one_prefill(smollm2_path):
+    """Four running slots, but a new request only while no prompt waits for its prefill."""
+    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
+                          max_num_seqs=4, max_prefill_backlog=0, threads=2)
+    srv = ServerThread(config, smollm2_path).start()
+    yield srv
+    srv.stop()
+
+
+def test_24_prefill_backlog_is_429_with_retry_after(one_prefill) -> None:
+    """`--max-prefill-backlog 0`: while an admitted prompt waits for its prefill (the engine
+    parked before its first step), a new request gets 429 with Retry-After though slots are
+    free; once the prompt is computed, a new request is admitted while the first decodes."""
+    loop = one_prefill.state.loop
+    parked, release = threading.Event(), threading.Event()
+
+    def park() -> None:
+        loop.step_hook = lambda: time.sleep(0.02)  # later steps: the first still decodes
+        parked.set()
+        release.wait(60)
+
+    body = {"model": "smollm2-test", "prompt": "Once upon a time", "max_tokens": 48,
+            "temperature": 0, "ignore_eos": True}
+    loop.step_hook = park
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, f"{one_prefill.url}/v1/completions", json=body,
+                                timeout=120)
+            assert parked.wait(60)
+            assert metrics(one_prefill.url)["localinfer_prefill_backlog_tokens"] > 0
+            refused = httpx.post(f"{one_prefill.url}/v1/completions", json=body, timeout=60)
+            assert refused.status_code == 429, refused.text[:200]
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "waiting for their prefill" in refused.json()["error"]["message"]
+            release.set()
+            end = time.monotonic() + 60
+            while metrics(one_prefill.url)["localinfer_prefill_backlog_tokens"] > 0:
+                assert time.monotonic() < end
+                time.sleep(0.01)
+            assert metrics(one_prefill.url)["localinfer_num_requests_running"] == 1
+            second = httpx.post(f"{one_prefill.url}/v1/completions", json=body, timeout=120)
+            assert second.status_code == 200
+            assert first.result().status_code == 200
+            assert first.result().json()["choices"][0]["text"] == \
+                second.json()["choices"][0]["text"]
+    finally:
+        loop.step_hook = None
+        release.set()
+    wait_idle(one_prefill.url, 0, IDLE_BOUND_S)
+
+
 def test_26_disconnect_mid_stream_frees_everything(server, kv_baseline) -> None:
     body = {"model": "smollm2-test", "prompt": "Tell me a long story.", "max_tokens": 400,
             "temperature": 0, "ignore_eos": True, "stream": True}

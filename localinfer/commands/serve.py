@@ -47,6 +47,10 @@ def add_arguments(name: str, p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int,
                    help="requests that may wait for a running slot before new ones get "
                         "429 (0: only what can run at once; default: unbounded)")
+    p.add_argument("--max-prefill-backlog", type=int, metavar="TOKENS",
+                   help="while more prompt tokens than this wait for their prefill, new "
+                        "requests get 429: bounds an admitted request's time to first token "
+                        "under overload (0: one prompt at a time; default: unbounded)")
     p.add_argument("--max-body-mb", type=float, default=8.0, help="request body limit")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="on SIGTERM, seconds in-flight requests may take to finish")
@@ -91,7 +95,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         raise InvalidRequestError(
             f"binding to {args.host} exposes the server beyond this machine; set --api-key "
             "(or pass --insecure to serve without one)")
-    for flag, value in (("--port", args.port), ("--max-queue", args.max_queue)):
+    for flag, value in (("--port", args.port), ("--max-queue", args.max_queue),
+                        ("--max-prefill-backlog", args.max_prefill_backlog)):
         if value is not None and value < 0:
             raise InvalidRequestError(f"invalid {flag}: must be >= 0, got {value}")
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
@@ -103,7 +108,8 @@ def main(name: str, args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name, host=args.host,
         port=args.port, api_key=args.api_key, allowed_hosts=args.allowed_host,
         cors_origins=args.cors_origin, max_body_bytes=int(args.max_body_mb * (1 << 20)),
-        max_queue=args.max_queue, drain_timeout=args.drain_timeout, backend=args.backend,
+        max_queue=args.max_queue, max_prefill_backlog=args.max_prefill_backlog,
+        drain_timeout=args.drain_timeout, backend=args.backend,
         backend_options=backend_options(args),
         threads=args.threads, max_model_len=args.ctx, kv_cache_mb=args.kv_cache_mb,
         max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,

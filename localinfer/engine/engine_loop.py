@@ -159,15 +159,18 @@ class RequestHandle:
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine, *, max_queue: int | None = None) -> None:
+    def __init__(self, engine: LLMEngine, *, max_queue: int | None = None,
+                 max_prefill_backlog: int | None = None) -> None:
         self.engine = engine
         self.max_queue = max_queue
+        self.max_prefill_backlog = max_prefill_backlog
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._handles: dict[int, RequestHandle] = {}
         self._stats = engine.stats()
         self._stats_lock = threading.Lock()
         self._num_queued = 0  # submitted, not yet admitted by the engine thread
+        self._queued_tokens = 0  # their prompt tokens
         self._count_lock = threading.Lock()
         self._accepting = True
         self._stop = False
@@ -199,6 +202,7 @@ class EngineLoop:
         params.validate()
         with self._count_lock:
             self._num_queued += 1
+            self._queued_tokens += len(prompt_token_ids)
 
         def add() -> None:
             try:
@@ -216,6 +220,7 @@ class EngineLoop:
             finally:
                 with self._count_lock:
                     self._num_queued -= 1
+                    self._queued_tokens -= len(prompt_token_ids)
 
         self._send(add)
         return handle
@@ -244,6 +249,16 @@ class EngineLoop:
             raise EngineStoppedError("the engine is shutting down")
         if self.max_queue is not None and self.num_waiting_for_a_slot() >= self.max_queue:
             raise QueueFullError(f"request queue is full ({self.max_queue} waiting)")
+        if self.max_prefill_backlog is not None and (
+                backlog := self.prefill_backlog_tokens()) > self.max_prefill_backlog:
+            raise QueueFullError(f"{backlog} prompt tokens are waiting for their prefill "
+                                 f"(at most {self.max_prefill_backlog} admit a request)")
+
+    def prefill_backlog_tokens(self) -> int:
+        """Prompt tokens admitted but not computed yet, the queued requests' included: the
+        prefill a request admitted now waits behind before its own (so `max_prefill_backlog`
+        bounds a new request's time to first token, not just the queue's length)."""
+        return self.stats().prefill_backlog_tokens + self._queued_tokens
 
     def num_waiting_for_a_slot(self) -> int:
         """Requests not running yet less the running slots free now (negative: slots left

@@ -381,6 +381,7 @@ class LLMEngine:
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
             num_preemptions=self.scheduler.num_preemptions,
+            prefill_backlog_tokens=self.scheduler.prefill_backlog_tokens(),
             spec_proposed_tokens=spec.proposed_tokens if spec is not None else 0,
             spec_accepted_tokens=spec.accepted_tokens if spec is not None else 0,
             spec_verifications=spec.verifications if spec is not None else 0,

@@ -51,6 +51,9 @@ class EngineStats:
     prompt_tokens_total: int  # prompt tokens of all requests added
     generation_tokens_total: int  # tokens sampled
     num_preemptions: int
+    # prompt tokens of unfinished requests not computed yet: the prefill work ahead of a
+    # request admitted now (EngineLoop's max_prefill_backlog bounds it)
+    prefill_backlog_tokens: int = 0
     # speculative decoding: guessed tokens verified, those accepted, and verifications
     spec_proposed_tokens: int = 0
     spec_accepted_tokens: int = 0

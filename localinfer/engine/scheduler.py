@@ -61,6 +61,11 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.seqs)
 
+    def prefill_backlog_tokens(self) -> int:
+        """Prompt tokens (or a preempted sequence's tokens) still to compute: a decoding
+        sequence has one uncomputed token, its last; anything more is prefill work."""
+        return sum(n for seq in self.seqs.values() if (n := seq.num_uncomputed_tokens) > 1)
+
     def schedule(self) -> ScheduledBatch | None:
         budget = self.config.max_num_batched_tokens
         scheduled: list[tuple[Sequence, int]] = []

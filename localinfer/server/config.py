@@ -26,6 +26,8 @@ class ServerConfig:
     cors_origins: list[str] = field(default_factory=list)  # empty: CORS off
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_queue: int | None = None  # waiting requests before 429
+    # prompt tokens waiting for their prefill beyond which a new request gets 429 (None: any)
+    max_prefill_backlog: int | None = None
     drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may finish
     backend: str = "numba"
     backend_options: dict[str, Any] | None = None  # runner keywords, e.g. n_gpu_layers

@@ -91,6 +91,8 @@ def _figures(stats: Any, queued: int, in_flight: int) -> Iterator[tuple[Any, str
                                             stats.num_waiting + queued),
         "localinfer_num_requests_running": ("Sequences the engine is running",
                                             stats.num_running),
+        "localinfer_prefill_backlog_tokens": ("Prompt tokens admitted but not computed yet",
+                                              stats.prefill_backlog_tokens),
         "localinfer_http_requests_in_flight": ("Generation requests being served",
                                                in_flight),
         "localinfer_kv_blocks_used": ("KV cache blocks in use", stats.kv_blocks_used),

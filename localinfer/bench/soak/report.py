@@ -16,8 +16,10 @@ def table(result: RunResult) -> str:
     p = result.plan
     if result.mode == "overload":
         head = (f"bench soak --overload: {result.model} at {p.url}, {p.burst_size} clients "
-                f"({p.burst_factor:g}x capacity {p.capacity}) for {p.duration_s:.0f} s; "
-                f"unloaded baseline: {p.baseline_clients} client(s)")
+                f"({p.burst_factor:g}x capacity {p.capacity}) for {p.duration_s:.0f} s, "
+                f"back {'50-250 ms' if p.ignore_retry_after else 'Retry-After +-25%'} "
+                f"after a rejection; unloaded baseline: {p.baseline_requests} requests from "
+                f"{p.baseline_clients} client(s)")
     else:
         head = (f"bench soak: {result.model} at {p.url}, {p.clients} clients for "
                 f"{p.duration_s:.0f} s, {p.disconnect_rate:.0%} disconnecting, "

@@ -28,6 +28,7 @@ class ServerOptions:
     model: str
     max_num_seqs: int = 16
     max_queue: int = 16
+    max_prefill_backlog: int | None = None
     ctx: int = 2048
     threads: int | None = None
     extra: tuple[str, ...] = ()
@@ -37,6 +38,8 @@ class ServerOptions:
                 "--port", str(port), "--max-num-seqs", str(self.max_num_seqs),
                 "--max-queue", str(self.max_queue), "--ctx", str(self.ctx),
                 "--log-level", "warning", *self.extra]
+        if self.max_prefill_backlog is not None:
+            argv += ["--max-prefill-backlog", str(self.max_prefill_backlog)]
         if self.threads:
             argv += ["--threads", str(self.threads)]
         return argv

@@ -248,7 +248,8 @@ def open_engine(config: ServerConfig, path: Path,
               enable_prefix_caching=config.enable_prefix_caching,
               backend_options=config.backend_options, progress=False, **config.speculative)
     try:
-        loop = EngineLoop(llm.engine, max_queue=config.max_queue)
+        loop = EngineLoop(llm.engine, max_queue=config.max_queue,
+                          max_prefill_backlog=config.max_prefill_backlog)
         loop.on_abort_freed = on_abort_freed
         loop.start()
         if config.warmup:  # compile (or load from cache) every kernel before the first request
