@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from localinfer.bench.soak.analysis import analyse, histogram_quantile, rss_figures
-from localinfer.bench.soak.client import Outcome
+from localinfer.bench.soak.client import Outcome, send
 from localinfer.bench.soak.main import parse_duration, server_options
 from localinfer.bench.soak.sampler import Sample, parse_metrics
 from localinfer.bench.soak.workload import HOSTILE_KINDS, Workload
@@ -245,3 +245,38 @@ def test_overload_then_a_failing_engine(smollm2_path: Path) -> None:
     assert f["stream_errors"] + f["http_5xx"] >= 1
     assert not (_check(failing.analysis, "no error events") and _check(failing.analysis,
                                                                        "no 5xx"))
+
+
+def test_sse_events_and_a_cut_stream() -> None:
+    """One SSE reader for `bench serve` and the soak: JSON events until [DONE]; a stream cut
+    before it, or an event that is not JSON, is the soak's stream_error (not a crash of the
+    load generator); an error event is yielded for the caller to judge."""
+    import asyncio
+
+    from localinfer.bench.soak.workload import RequestSpec
+    from localinfer.server.loadgen import StreamCut, sse_events
+
+    done = b'data: {"choices": [{"text": "a"}]}\n\n: keep-alive\n\ndata: {"error": "x"}\n\n' \
+           b"data: [DONE]\n\n"
+    bodies = {"/done": done, "/cut": b'data: {"choices": [{"text": "a"}]}\n\n',
+              "/garbled": b"data: {not json\n\n"}
+    transport = httpx.MockTransport(lambda request: httpx.Response(
+        200, content=bodies[request.url.path], headers={"content-type": "text/event-stream"}))
+
+    async def events(path: str) -> list[dict]:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c, \
+                c.stream("POST", path) as r:
+            return [e async for e in sse_events(r)]
+
+    async def soak(path: str) -> Outcome:
+        spec = RequestSpec("normal", path, True, b"{}")
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await send(c, spec, "soak", 0.0)
+
+    assert asyncio.run(events("/done")) == [{"choices": [{"text": "a"}]}, {"error": "x"}]
+    with pytest.raises(StreamCut):
+        asyncio.run(events("/cut"))
+    cut, garbled = asyncio.run(soak("/cut")), asyncio.run(soak("/garbled"))
+    assert cut.outcome == "stream_error" and "without [DONE]" in cut.error
+    assert cut.ttft_s is not None  # its text before the cut was timed
+    assert garbled.outcome == "stream_error" and "JSONDecodeError" in garbled.error

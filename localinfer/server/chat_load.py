@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from localinfer.server.loadgen import make_prompt, markdown_table, percentile
+from localinfer.server.loadgen import StreamCut, make_prompt, markdown_table, percentile, sse_events
 
 REPLICA_HEADER = "x-localinfer-replica"
 
@@ -78,19 +77,19 @@ async def _turn(client: Any, index: int, body: dict[str, Any]) -> tuple[Turn, st
             err = (await r.aread()).decode("utf-8", "replace")[:200]
             return Turn(index, False, error=f"HTTP {r.status_code}: {err}"), ""
         replica = r.headers.get(REPLICA_HEADER, "")
-        async for line in r.aiter_lines():
-            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                continue
-            event = json.loads(line[5:])
-            if "error" in event:
-                return Turn(index, False, error=str(event["error"])[:200]), ""
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    text.append(piece)
-                    if first is None:
-                        first = time.perf_counter()
+        try:
+            async for event in sse_events(r):
+                if "error" in event:
+                    return Turn(index, False, error=str(event["error"])[:200]), ""
+                usage = event.get("usage") or usage
+                for choice in event.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        text.append(piece)
+                        if first is None:
+                            first = time.perf_counter()
+        except StreamCut as exc:
+            return Turn(index, False, error=str(exc)), ""
     if first is None:
         return Turn(index, False, error="no output"), ""
     details = usage.get("prompt_tokens_details") or {}

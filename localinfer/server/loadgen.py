@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,24 @@ def make_prompt(rng: random.Random, n_tokens: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(max(n_tokens - 1, 1)))
 
 
+class StreamCut(Exception):
+    """A server-sent-event stream ended without its `data: [DONE]`."""
+
+
+async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of an OpenAI-style SSE response (an httpx streaming response), until
+    `data: [DONE]`; StreamCut if the stream ends before it. Error events are yielded as they
+    come: what one means is the caller's."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+    raise StreamCut("the stream ended without [DONE]")
+
+
 async def _one(client: Any, body: dict[str, Any]) -> Sample:
     import httpx
 
@@ -102,13 +121,7 @@ async def _one(client: Any, body: dict[str, Any]) -> Sample:
             if r.status_code != 200:
                 text = (await r.aread()).decode("utf-8", "replace")
                 return Sample(False, error=f"HTTP {r.status_code}: {text[:200]}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
+            async for event in sse_events(r):
                 if "error" in event:
                     return Sample(False, error=str(event["error"])[:200])
                 usage = event.get("usage") or usage
@@ -117,7 +130,7 @@ async def _one(client: Any, body: dict[str, Any]) -> Sample:
                         chunks += 1
                         if first is None:
                             first = time.perf_counter()
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+    except (httpx.HTTPError, json.JSONDecodeError, StreamCut) as exc:
         return Sample(False, error=f"{type(exc).__name__}: {exc}"[:200])
     end = time.perf_counter()
     out = int(usage["completion_tokens"]) if usage else chunks

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from localinfer.bench.soak.workload import RequestSpec
+from localinfer.server.loadgen import StreamCut, sse_events
 
 SHED = (429, 503)
 
@@ -78,24 +79,20 @@ async def _stream(client: httpx.AsyncClient, spec: RequestSpec, out: Outcome,
             _status(out, r.status_code, r.headers, text)
             return
         out.status = 200
-        async for line in r.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                return
-            event = json.loads(data)
-            if "error" in event:
-                out.outcome, out.error = "stream_error", str(event["error"])[:200]
-                return
-            if _has_text(event):
-                events += 1
-                if out.ttft_s is None:
-                    out.ttft_s = time.perf_counter() - start
-                if spec.disconnect == "mid_stream" and events >= spec.disconnect_after:
-                    out.outcome = "disconnected"
-                    return  # leaving the block closes the connection mid-stream
-    out.outcome, out.error = "stream_error", "the stream ended without [DONE]"
+        try:
+            async for event in sse_events(r):
+                if "error" in event:
+                    out.outcome, out.error = "stream_error", str(event["error"])[:200]
+                    return
+                if _has_text(event):
+                    events += 1
+                    if out.ttft_s is None:
+                        out.ttft_s = time.perf_counter() - start
+                    if spec.disconnect == "mid_stream" and events >= spec.disconnect_after:
+                        out.outcome = "disconnected"
+                        return  # leaving the block closes the connection mid-stream
+        except (StreamCut, json.JSONDecodeError) as exc:  # cut, or an event that is not JSON
+            out.outcome, out.error = "stream_error", _text(exc)
 
 
 def _status(out: Outcome, status: int, headers: httpx.Headers, text: str) -> None:
