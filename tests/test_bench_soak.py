@@ -254,7 +254,7 @@ def test_sse_events_and_a_cut_stream() -> None:
     import asyncio
 
     from localinfer.bench.soak.workload import RequestSpec
-    from localinfer.server.loadgen import StreamCut, sse_events
+    from localinfer.server.loadgen import StreamError, sse_events
 
     done = b'data: {"choices": [{"text": "a"}]}\n\n: keep-alive\n\ndata: {"error": "x"}\n\n' \
            b"data: [DONE]\n\n"
@@ -274,7 +274,7 @@ def test_sse_events_and_a_cut_stream() -> None:
             return await send(c, spec, "soak", 0.0)
 
     assert asyncio.run(events("/done")) == [{"choices": [{"text": "a"}]}, {"error": "x"}]
-    with pytest.raises(StreamCut):
+    with pytest.raises(StreamError):
         asyncio.run(events("/cut"))
     cut, garbled = asyncio.run(soak("/cut")), asyncio.run(soak("/garbled"))
     assert cut.outcome == "stream_error" and "without [DONE]" in cut.error

@@ -54,14 +54,18 @@ def test_23_concurrent_streams_equal_solo_runs(client) -> None:
     assert together == alone
 
 
+def _serving(smollm2_path, **config):
+    """A SmolLM2 server on 2 threads with these ServerConfig fields, for a module fixture."""
+    srv = ServerThread(ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
+                                    threads=2, **config), smollm2_path).start()
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture(scope="module")
 def tight(smollm2_path):
     """A server with a tiny KV pool (11 blocks of 16 tokens), 4 sequences and a queue of 3."""
-    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
-                          kv_cache_mb=4, max_num_seqs=4, max_queue=3, threads=2)
-    srv = ServerThread(config, smollm2_path).start()
-    yield srv
-    srv.stop()
+    yield from _serving(smollm2_path, kv_cache_mb=4, max_num_seqs=4, max_queue=3)
 
 
 def test_25_more_kv_demand_than_blocks(tight) -> None:
@@ -104,11 +108,7 @@ def test_24_queue_full_is_429_with_retry_after(tight) -> None:
 @pytest.fixture(scope="module")
 def single(smollm2_path):
     """One running slot and no queue: one request in flight fills the server."""
-    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
-                          max_num_seqs=1, max_queue=0, threads=2)
-    srv = ServerThread(config, smollm2_path).start()
-    yield srv
-    srv.stop()
+    yield from _serving(smollm2_path, max_num_seqs=1, max_queue=0)
 
 
 def test_24_a_full_server_refuses_before_tokenizing(single) -> None:
@@ -145,11 +145,7 @@ def test_24_a_full_server_refuses_before_tokenizing(single) -> None:
 @pytest.fixture(scope="module")
 def one_prefill(smollm2_path):
     """Four running slots, but a new request only while no prompt waits for its prefill."""
-    config = ServerConfig(model=str(smollm2_path), served_model_name="smollm2-test",
-                          max_num_seqs=4, max_prefill_backlog=0, threads=2)
-    srv = ServerThread(config, smollm2_path).start()
-    yield srv
-    srv.stop()
+    yield from _serving(smollm2_path, max_num_seqs=4, max_prefill_backlog=0)
 
 
 def test_24_prefill_backlog_is_429_with_retry_after(one_prefill) -> None:

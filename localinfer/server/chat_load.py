@@ -22,7 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from localinfer.server.loadgen import StreamCut, make_prompt, markdown_table, percentile, sse_events
+from localinfer.server.loadgen import (
+    StreamError,
+    make_prompt,
+    markdown_table,
+    percentile,
+    sse_events,
+)
 
 REPLICA_HEADER = "x-localinfer-replica"
 
@@ -88,7 +94,7 @@ async def _turn(client: Any, index: int, body: dict[str, Any]) -> tuple[Turn, st
                         text.append(piece)
                         if first is None:
                             first = time.perf_counter()
-        except StreamCut as exc:
+        except StreamError as exc:
             return Turn(index, False, error=str(exc)), ""
     if first is None:
         return Turn(index, False, error="no output"), ""

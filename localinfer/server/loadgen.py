@@ -91,22 +91,27 @@ def make_prompt(rng: random.Random, n_tokens: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(max(n_tokens - 1, 1)))
 
 
-class StreamCut(Exception):
-    """A server-sent-event stream ended without its `data: [DONE]`."""
+class StreamError(Exception):
+    """A server-sent-event stream ended without its `data: [DONE]`, or sent an event that is
+    not JSON."""
 
 
 async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
     """The JSON events of an OpenAI-style SSE response (an httpx streaming response), until
-    `data: [DONE]`; StreamCut if the stream ends before it. Error events are yielded as they
-    come: what one means is the caller's."""
+    `data: [DONE]`; StreamError if the stream ends before it or an event is not JSON. Error
+    events are yielded as they come: what one means is the caller's."""
     async for line in response.aiter_lines():
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
         if data == "[DONE]":
             return
-        yield json.loads(data)
-    raise StreamCut("the stream ended without [DONE]")
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise StreamError(f"an event that is not JSON (JSONDecodeError: {exc})") from exc
+        yield event
+    raise StreamError("the stream ended without [DONE]")
 
 
 async def _one(client: Any, body: dict[str, Any]) -> Sample:
@@ -130,7 +135,7 @@ async def _one(client: Any, body: dict[str, Any]) -> Sample:
                         chunks += 1
                         if first is None:
                             first = time.perf_counter()
-    except (httpx.HTTPError, json.JSONDecodeError, StreamCut) as exc:
+    except (httpx.HTTPError, StreamError) as exc:
         return Sample(False, error=f"{type(exc).__name__}: {exc}"[:200])
     end = time.perf_counter()
     out = int(usage["completion_tokens"]) if usage else chunks

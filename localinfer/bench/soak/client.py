@@ -10,7 +10,6 @@ timeout (no answer within the client timeout).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 
 from localinfer.bench.soak.workload import RequestSpec
-from localinfer.server.loadgen import StreamCut, sse_events
+from localinfer.server.loadgen import StreamError, sse_events
 
 SHED = (429, 503)
 
@@ -91,8 +90,8 @@ async def _stream(client: httpx.AsyncClient, spec: RequestSpec, out: Outcome,
                     if spec.disconnect == "mid_stream" and events >= spec.disconnect_after:
                         out.outcome = "disconnected"
                         return  # leaving the block closes the connection mid-stream
-        except (StreamCut, json.JSONDecodeError) as exc:  # cut, or an event that is not JSON
-            out.outcome, out.error = "stream_error", _text(exc)
+        except StreamError as exc:
+            out.outcome, out.error = "stream_error", str(exc)[:200]
 
 
 def _status(out: Outcome, status: int, headers: httpx.Headers, text: str) -> None:
