@@ -89,8 +89,8 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
         embed(isa, ws, tokens, out)
 
     # 70 rows: a partial last tile; 21 activation rows: 5-bit codes decoded once per part
-    # (matmul_tiles.DECODE_ROWS), then 4-row groups and one row; the first 9 rows alone take
-    # the per-group unpacking
+    # (matmul_tiles.DECODE_ROWS), then 4-row groups and one row; fewer rows alone take the
+    # per-group unpacking
     rows, cols, n = 70, 160, 21
     p, ref = packed(qtype, rows, cols, seed=1)
     tiles = stack_tiles([p])
@@ -105,9 +105,12 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     fast = np.zeros((n, rows), np.float32)
     run(isa, tiles, x, qbuf, fast)
     np.testing.assert_array_equal(fast, generic)
-    few = np.zeros((9, rows), np.float32)
-    run(isa, tiles, x[:9].copy(), qbuf, few)
-    np.testing.assert_array_equal(few, generic[:9])
+    # 2, 3, 6, 7 (and 18, decoded): a remainder of 2-3 rows is a 4-row pass repeating its
+    # last row; 5 and 9 end in the 1-row pass
+    for k in (2, 3, 5, 6, 7, 9, 18):
+        few = np.zeros((k, rows), np.float32)
+        run(isa, tiles, x[:k].copy(), qbuf, few)
+        np.testing.assert_array_equal(few, generic[:k])
     for i in (0, 4, 8):  # one row alone (the 1-row path) == the same row in a 4-row group
         alone = np.zeros((1, rows), np.float32)
         run(isa, tiles, x[i : i + 1].copy(), qbuf, alone)

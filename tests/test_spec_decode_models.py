@@ -5,6 +5,7 @@ tokens with and without speculation, with guesses accepted."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -120,8 +121,10 @@ def test_bench_speculative_table(smollm2_path: Path, tmp_path: Path) -> None:
     import json
 
     out = tmp_path / "spec.json"
+    start = time.perf_counter()
     proc = cli("bench", "--speculative", "ngram", "--quick", "--tokens", "24", "--model",
                str(smollm2_path), "--threads", "2", "--json", str(out))
+    proc_seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     for row in ("code edit", "passage answer", "story", "code generation",
                 "4 streams, mixed", "speed-up"):
@@ -130,7 +133,31 @@ def test_bench_speculative_table(smollm2_path: Path, tmp_path: Path) -> None:
     assert [r["workload"] for r in doc["rows"]] == ["code edit", "passage answer", "story",
                                                    "code generation", "4 streams, mixed"]
     assert all(r["plain_tps"] > 0 and r["spec_tps"] > 0 for r in doc["rows"])
+    # each side's tok/s is on its own clock: the sum of its own steps in the lockstep
+    assert all(0 < r["plain_seconds"] < proc_seconds and 0 < r["spec_seconds"] < proc_seconds
+               for r in doc["rows"])
     assert doc["rows"][0]["acceptance"] > 0  # the code edit repeats its prompt
+
+
+def test_lockstep_alternates_which_side_steps_first() -> None:
+    from localinfer.bench.speculative import _lockstep
+
+    order: list[str] = []
+
+    class Side:
+        def __init__(self, name: str, steps: int) -> None:
+            self.name, self.steps = name, steps
+
+        @property
+        def busy(self) -> bool:
+            return self.steps > 0
+
+        def step(self) -> None:
+            order.append(self.name)
+            self.steps -= 1
+
+    _lockstep(Side("plain", 3), Side("spec", 2))  # type: ignore[arg-type]
+    assert order == ["plain", "spec", "spec", "plain", "plain"]
 
 
 def test_run_with_a_draft_model_gives_plain_output(tmp_path: Path) -> None:
