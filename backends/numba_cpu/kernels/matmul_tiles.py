@@ -303,7 +303,7 @@ def _rows_decoded_for_kind(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nx
         ck = decoded_kind(kind)
         last = n_tokens - 1
         i = 0
-        while i + 4 <= n_tokens or (lanes(isa) == 16 and i + 2 < n_tokens):
+        while i + 4 <= n_tokens or (lanes(isa) == 16 and i + 3 == n_tokens):
             # 16 lanes: a remainder of 3 rows in one 4-row pass, as in _part
             _rows4(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i,
                    min(i + 3, last), False, nxt)
@@ -329,39 +329,29 @@ def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
     if kind_of(kind) == KIND_Q5 and n_tokens >= DECODE_ROWS:
         _rows_decoded(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt)
         return
+    # four rows a pass, the first prefetching the next tile; the rest row by row, except at
+    # 16 lanes (AVX-512 VNNI), where a step of 2 or 3 rows, or a remainder of 3, is one more
+    # 4-row pass with its last row repeated.  There a 4-row pass chains eight vpdpbusd and a
+    # 1-row pass two, and the instruction is cheap: Qwen2.5-Coder-1.5B's steps of 2, 3 and 7
+    # tokens over a 1-token step, two runs, 1.27/1.21x, 1.52/1.42x, 1.97/1.73x row by row ->
+    # 1.18/1.14x, 1.25/1.21x, 1.88/1.78x (a remainder of 2 measured no better: 6 tokens
+    # 1.72/1.54x -> 1.81/1.77x).  The AVX2 pair's and NEON's byte dot products cost several
+    # instructions each, so a repeated row is not free there (forced AVX2, the 0.5B: 2 tokens
+    # 1.36-1.42x as two 1-row passes, 1.51-1.82x as one 4-row pass).  The width moves only the
+    # loop bounds: the four call sites are the row passes' whole compile cost.
+    wide = lanes(isa) == 16
     last = n_tokens - 1
-    if lanes(isa) == 16:
-        # 16 lanes (AVX-512 VNNI): a 4-row pass chains eight vpdpbusd, a 1-row pass two, and
-        # the instruction is cheap, so a step of 2 or 3 rows, or a remainder of 3, is one
-        # 4-row pass with its last row repeated.  Qwen2.5-Coder-1.5B's steps of 2, 3 and 7
-        # tokens, over a 1-token step, two runs: 1.27/1.21x, 1.52/1.42x, 1.97/1.73x row by
-        # row -> 1.18/1.14x, 1.25/1.21x, 1.88/1.78x; a remainder of 2 stays row by row
-        # (6 tokens: 1.72/1.54x, as a 4-row pass 1.81/1.77x)
-        if n_tokens == 1:
-            _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
-        elif n_tokens > 1:
-            _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, last, True, nxt)
-        i = 4
-        while i + 2 < n_tokens:
-            _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, last, False,
-                   nxt)
-            i += 4
-        while i < n_tokens:
-            _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
-            i += 1
-        return
-    # 8 lanes (the AVX2 pair, NEON): the remainder row by row; their byte dot products cost
-    # several instructions each, so a repeated row is not free (forced AVX2, the 0.5B: a
-    # 2-token step 1.36-1.42x a 1-token one as two 1-row passes, 1.51-1.82x as one 4-row pass)
     i = 0
-    if n_tokens >= 4:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, 3, True, nxt)
+    if n_tokens >= 4 or (wide and n_tokens >= 2):
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, min(3, last), True,
+               nxt)
         i = 4
     elif n_tokens > 0:
         _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
         i = 1
-    while i + 4 <= n_tokens:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, i + 3, False, nxt)
+    while i + 4 <= n_tokens or (wide and i + 3 == n_tokens):
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, min(i + 3, last),
+               False, nxt)
         i += 4
     while i < n_tokens:
         _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
