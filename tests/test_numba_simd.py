@@ -105,8 +105,7 @@ def test_tiled_matmul_equals_generic_bit_for_bit(qtype, path):
     fast = np.zeros((n, rows), np.float32)
     run(isa, tiles, x, qbuf, fast)
     np.testing.assert_array_equal(fast, generic)
-    # at 16 lanes 2, 3 and 7 rows (and 19, decoded) take a 4-row pass repeating the last row,
-    # 5, 6, 9 and 18 end in 1-row passes; at 8 lanes every remainder goes row by row
+    # fewer rows than a group of four, remainders of 1-3 after 4-row passes (18, 19 decoded)
     for k in (2, 3, 5, 6, 7, 9, 18, 19):
         few = np.zeros((k, rows), np.float32)
         run(isa, tiles, x[:k].copy(), qbuf, few)

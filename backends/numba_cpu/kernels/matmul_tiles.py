@@ -19,8 +19,7 @@ dot products; the kernel subtracts zero * xsum per block, which makes the intege
 the generic path's (code - zero) * x.
 
 Batched steps take activation rows four at a time: each weight group is loaded and unpacked
-once and used by four rows (_isum4, whose chains per row depend on the width and kind); at 16
-lanes a step of 2-3 rows or a remainder of 3 is one more such pass with its last row repeated.  One
+once and used by four rows (_isum4, whose chains per row depend on the width and kind).  One
 prange over tile parts; a tile's weights (a few KB) stay in L1 while every group of rows
 passes over them, and the first pass prefetches the next tile.
 """
@@ -117,12 +116,11 @@ def _isum1(isa, kind, w, wo, xq, xo):
     return vadd_i32(_widen(isa, kind, lo), _widen(isa, kind, hi))
 
 
-def _isum4(isa, kind, w, wo, xq, x0, x1, x2, x3):
-    """One block, four activation rows (at offsets x0..x3 of xq): four vectors of int32
-    sums."""
+def _isum4(isa, kind, w, wo, xq, xo, rs):
+    """One block, four activation rows (rs elements apart): four vectors of int32 sums."""
 
 
-def _isum4_two_chains(isa, kind, w, wo, xq, x0, x1, x2, x3):
+def _isum4_two_chains(isa, kind, w, wo, xq, xo, rs):
     """Each row sums in two chains, even and odd groups, that meet at the end: eight
     independent vpdpbusd chains hide the instruction's latency where four left the 16-lane
     kernel latency-bound (about 1.4x faster there; integer sums, so the result is the same in
@@ -137,18 +135,19 @@ def _isum4_two_chains(isa, kind, w, wo, xq, x0, x1, x2, x3):
     b2 = vzero_i32(isa)
     b3 = vzero_i32(isa)
     for kk in range(4):
-        o = 8 * kk
-        g = _group(isa, kind, w, wo, 2 * kk)
-        a0 = _part_dot(isa, kind, a0, g, vbcast4(isa, xq, x0 + o))
-        a1 = _part_dot(isa, kind, a1, g, vbcast4(isa, xq, x1 + o))
-        a2 = _part_dot(isa, kind, a2, g, vbcast4(isa, xq, x2 + o))
-        a3 = _part_dot(isa, kind, a3, g, vbcast4(isa, xq, x3 + o))
-        g = _group(isa, kind, w, wo, 2 * kk + 1)
+        k = 2 * kk
+        o = xo + 4 * k
+        g = _group(isa, kind, w, wo, k)
+        a0 = _part_dot(isa, kind, a0, g, vbcast4(isa, xq, o))
+        a1 = _part_dot(isa, kind, a1, g, vbcast4(isa, xq, o + rs))
+        a2 = _part_dot(isa, kind, a2, g, vbcast4(isa, xq, o + 2 * rs))
+        a3 = _part_dot(isa, kind, a3, g, vbcast4(isa, xq, o + 3 * rs))
+        g = _group(isa, kind, w, wo, k + 1)
         o += 4
-        b0 = _part_dot(isa, kind, b0, g, vbcast4(isa, xq, x0 + o))
-        b1 = _part_dot(isa, kind, b1, g, vbcast4(isa, xq, x1 + o))
-        b2 = _part_dot(isa, kind, b2, g, vbcast4(isa, xq, x2 + o))
-        b3 = _part_dot(isa, kind, b3, g, vbcast4(isa, xq, x3 + o))
+        b0 = _part_dot(isa, kind, b0, g, vbcast4(isa, xq, o))
+        b1 = _part_dot(isa, kind, b1, g, vbcast4(isa, xq, o + rs))
+        b2 = _part_dot(isa, kind, b2, g, vbcast4(isa, xq, o + 2 * rs))
+        b3 = _part_dot(isa, kind, b3, g, vbcast4(isa, xq, o + 3 * rs))
     return (_sum2(isa, kind, a0, b0), _sum2(isa, kind, a1, b1), _sum2(isa, kind, a2, b2),
             _sum2(isa, kind, a3, b3))
 
@@ -159,7 +158,7 @@ def _sum2(isa, kind, a, b):
     return vadd_i32(_widen(isa, kind, a), _widen(isa, kind, b))
 
 
-def _isum4_one_chain(isa, kind, w, wo, xq, x0, x1, x2, x3):
+def _isum4_one_chain(isa, kind, w, wo, xq, xo, rs):
     """One chain per row: 4 int + 4 float accumulators fit the 16 ymm registers (a second
     chain per row, which helps the 16-lane kernel, measured no faster at 8 lanes).  Not for
     5-bit codes on the AVX2 pair: eight groups would overflow its int16 partial sums."""
@@ -169,17 +168,17 @@ def _isum4_one_chain(isa, kind, w, wo, xq, x0, x1, x2, x3):
     s3 = vzero_i32(isa)
     for k in range(8):
         g = _group(isa, kind, w, wo, k)
-        o = 4 * k
-        s0 = _part_dot(isa, kind, s0, g, vbcast4(isa, xq, x0 + o))
-        s1 = _part_dot(isa, kind, s1, g, vbcast4(isa, xq, x1 + o))
-        s2 = _part_dot(isa, kind, s2, g, vbcast4(isa, xq, x2 + o))
-        s3 = _part_dot(isa, kind, s3, g, vbcast4(isa, xq, x3 + o))
+        o = xo + 4 * k
+        s0 = _part_dot(isa, kind, s0, g, vbcast4(isa, xq, o))
+        s1 = _part_dot(isa, kind, s1, g, vbcast4(isa, xq, o + rs))
+        s2 = _part_dot(isa, kind, s2, g, vbcast4(isa, xq, o + 2 * rs))
+        s3 = _part_dot(isa, kind, s3, g, vbcast4(isa, xq, o + 3 * rs))
     return (_widen(isa, kind, s0), _widen(isa, kind, s1), _widen(isa, kind, s2),
             _widen(isa, kind, s3))
 
 
 @overload(_isum4, jit_options={"nogil": True})
-def _isum4_for_width(isa, kind, w, wo, xq, x0, x1, x2, x3):
+def _isum4_for_width(isa, kind, w, wo, xq, xo, rs):
     # chosen while typing: only the width's own variant is compiled; 5-bit codes on the
     # AVX2 pair (int16 partial sums, four groups at most) take two chains at 8 lanes too
     pair = isa.isa == "avx2" and not isa.vnni
@@ -226,32 +225,30 @@ def _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt):
 
 
 @njit(nogil=True, inline="always")
-def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, last, pf, nxt):
-    """Rows i..i+3 of out, part h of tile t (its weights: part wh of tile wt of w); rows past
-    `last` (>= i) repeat row `last` (2 or 3 rows in one pass, _part).  pf
+def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt):
+    """Rows i..i+3 of out, part h of tile t (its weights: part wh of tile wt of w).  pf
     (prefetch tile nxt alongside): a constant at each call site."""
     rs = xq.strides[0]  # int8: bytes == elements
-    i1 = min(i + 1, last)
-    i2 = min(i + 2, last)
-    i3 = min(i + 3, last)
     a0 = vzero_f32(isa)
     a1 = vzero_f32(isa)
     a2 = vzero_f32(isa)
     a3 = vzero_f32(isa)
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt)
-        s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, i1 * rs + 32 * b,
-                                i2 * rs + 32 * b, i3 * rs + 32 * b)
+        s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
         a0 = _accumulate(isa, kind, a0, s0, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
-        a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i1, b], xi[i1, b], xs[i1, b])
-        a2 = _accumulate(isa, kind, a2, s2, dw, mw, zo, xd[i2, b], xi[i2, b], xs[i2, b])
-        a3 = _accumulate(isa, kind, a3, s3, dw, mw, zo, xd[i3, b], xi[i3, b], xs[i3, b])
+        a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i + 1, b], xi[i + 1, b],
+                         xs[i + 1, b])
+        a2 = _accumulate(isa, kind, a2, s2, dw, mw, zo, xd[i + 2, b], xi[i + 2, b],
+                         xs[i + 2, b])
+        a3 = _accumulate(isa, kind, a3, s3, dw, mw, zo, xd[i + 3, b], xi[i + 3, b],
+                         xs[i + 3, b])
     r0 = t * TILE_ROWS + h * lanes(isa)
     rows = out.shape[1]
     _store(isa, out, i, r0, rows, a0)
-    _store(isa, out, i1, r0, rows, a1)
-    _store(isa, out, i2, r0, rows, a2)
-    _store(isa, out, i3, r0, rows, a3)
+    _store(isa, out, i + 1, r0, rows, a1)
+    _store(isa, out, i + 2, r0, rows, a2)
+    _store(isa, out, i + 3, r0, rows, a3)
 
 
 @njit(nogil=True, inline="always")
@@ -301,12 +298,9 @@ def _rows_decoded_for_kind(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nx
         codes = np.empty((1, w.shape[1], 32 * lanes(isa)), np.uint8)
         _decode_part(isa, kind, w, d, m, t, h, nxt, codes)
         ck = decoded_kind(kind)
-        last = n_tokens - 1
         i = 0
-        while i + 4 <= n_tokens or (lanes(isa) == 16 and i + 3 == n_tokens):
-            # 16 lanes: a remainder of 3 rows in one 4-row pass, as in _part
-            _rows4(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i,
-                   min(i + 3, last), False, nxt)
+        while i + 4 <= n_tokens:
+            _rows4(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
             i += 4
         while i < n_tokens:
             _row1(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
@@ -329,29 +323,15 @@ def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
     if kind_of(kind) == KIND_Q5 and n_tokens >= DECODE_ROWS:
         _rows_decoded(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt)
         return
-    # four rows a pass, the first prefetching the next tile; the rest row by row, except at
-    # 16 lanes (AVX-512 VNNI), where a step of 2 or 3 rows, or a remainder of 3, is one more
-    # 4-row pass with its last row repeated.  There a 4-row pass chains eight vpdpbusd and a
-    # 1-row pass two, and the instruction is cheap: Qwen2.5-Coder-1.5B's steps of 2, 3 and 7
-    # tokens over a 1-token step, two runs, 1.27/1.21x, 1.52/1.42x, 1.97/1.73x row by row ->
-    # 1.18/1.14x, 1.25/1.21x, 1.88/1.78x (a remainder of 2 measured no better: 6 tokens
-    # 1.72/1.54x -> 1.81/1.77x).  The AVX2 pair's and NEON's byte dot products cost several
-    # instructions each, so a repeated row is not free there (forced AVX2, the 0.5B: 2 tokens
-    # 1.36-1.42x as two 1-row passes, 1.51-1.82x as one 4-row pass).  The width moves only the
-    # loop bounds: the four call sites are the row passes' whole compile cost.
-    wide = lanes(isa) == 16
-    last = n_tokens - 1
     i = 0
-    if n_tokens >= 4 or (wide and n_tokens >= 2):
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, min(3, last), True,
-               nxt)
+    if n_tokens >= 4:
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
         i = 4
     elif n_tokens > 0:
         _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
         i = 1
-    while i + 4 <= n_tokens or (wide and i + 3 == n_tokens):
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, min(i + 3, last),
-               False, nxt)
+    while i + 4 <= n_tokens:
+        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
         i += 4
     while i < n_tokens:
         _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
