@@ -192,12 +192,13 @@ def _measure(plain_llm: Any, spec_llm: Any, tokens: int, streams: int,
     jobs = [(name, 1) for name in WORKLOADS] + ([("streams", streams)] if streams > 1 else [])
     rows = []
     for name, n in jobs:
-        done = {"plain": [0, 0.0], "spec": [0, 0.0]}
+        done = {"plain": [0, 0.0], "spec": [0, 0.0]}  # tokens, seconds over the rounds
         before = spec_llm.engine.stats()
         n_tokens = 0
         for r in range(rounds):
-            sides = {"plain": _Side(plain_llm, _prompts(plain_llm, name, n, r), params),
-                     "spec": _Side(spec_llm, _prompts(spec_llm, name, n, r), params)}
+            prompts = _prompts(spec_llm, name, n, r)  # the same model: the same prompts
+            sides = {"plain": _Side(plain_llm, prompts, params),
+                     "spec": _Side(spec_llm, prompts, params)}
             _lockstep(sides["plain"], sides["spec"])
             ids = {mode: [side.tokens[i] for i in side.ids] for mode, side in sides.items()}
             if ids["spec"] != ids["plain"]:
