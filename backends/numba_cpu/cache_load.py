@@ -9,7 +9,8 @@ same refresh again before any compile (`compile_extra`), so deferring it loses n
 lazy_refresh() replaces `Cache.load_overload` with one that initializes only the runtime
 (compiled kernels allocate through it; without it they crash), loads, and falls back to the
 full refresh when the cache has no entry, i.e. exactly Numba's behaviour whenever a compile
-follows.  It checks that the Numba internals it relies on exist and otherwise leaves Numba as
+follows.  A miss first asks compile_claims.py whether another process is compiling that
+entry.  It checks that the Numba internals it relies on exist and otherwise leaves Numba as
 it is (a slower start, never a wrong one).
 """
 
@@ -28,6 +29,8 @@ def lazy_refresh() -> bool:
     from numba.core import caching
     from numba.core.runtime import rtsys
 
+    from . import compile_claims
+
     cache = caching.Cache
     if not all(hasattr(cache, name) for name in ("load_overload", "_load_overload",
                                                    "_guard_against_spurious_io_errors")):
@@ -38,11 +41,14 @@ def lazy_refresh() -> bool:
         loaded = None
         with self._guard_against_spurious_io_errors():
             loaded = self._load_overload(sig, target_context)
+            if loaded is None:  # another process may be compiling it (compile_claims.py)
+                loaded = compile_claims.after_miss(self, sig, target_context)
         if loaded is None:  # a compile follows: give it Numba's fully refreshed context
             target_context.refresh()
         return loaded
 
     load_overload.__doc__ = cache.load_overload.__doc__
     cache.load_overload = load_overload
+    compile_claims.install()
     _installed = True
     return True

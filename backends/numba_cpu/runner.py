@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import localinfer.backends.numba_cpu  # noqa: F401  (sets NUMBA_CACHE_DIR before numba loads)
@@ -171,8 +172,20 @@ class NumbaModelRunner(ModelRunner):
         threads = self._budget.now()  # fewer while other processes keep cores busy
         if numba.get_num_threads() != threads:
             numba.set_num_threads(threads)
-        with self._compile_notice:
+        with self._compile_notice, self._compile_ahead(step, args):
             step(*args)
+
+    def _compile_ahead(self, step: Any, args: tuple) -> AbstractContextManager[Any]:
+        """While a step of a new kind compiles, a helper process compiles part of its kernels
+        (compile_ahead.py); gemma3's step has no jobs yet."""
+        if not self._compile_notice.pending or self._gemma3 is not None:
+            return nullcontext()
+        import inspect
+
+        from .compile_ahead import CompileAhead, llama_jobs
+
+        names = inspect.signature(step.py_func).parameters
+        return CompileAhead(llama_jobs(dict(zip(names, args, strict=True))), step.py_func)
 
     @property
     def kv_cache_bytes(self) -> int:
