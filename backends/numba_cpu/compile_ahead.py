@@ -9,9 +9,10 @@ instead of compiling them.  compile_claims.py keeps the two from compiling the s
 step waits for an entry the helper is compiling, and the helper skips one the step has started.
 
 The helper gets the step's kernel calls as jobs: a small driver (below) that makes the same
-call with arguments of the same Numba types as the step's, and those types (pickled).  It
-works through them from the step's last call backwards, so it runs ahead of where the step
-will need its work; a job whose kernel the step has claimed is skipped.  A driver that drifts
+call with arguments of the same Numba types as the step's, and those types (pickled).  While
+the step compiles its first call, the helper takes the second, then works from the step's
+last call backwards, so the two meet once; a job whose kernel the step has claimed is
+skipped.  A driver that drifts
 from the step's calls only costs time: its kernel gets other types, and the step compiles its
 own (never a wrong result).  The helper starts with the first kernel the step is about to
 compile, so a step whose kernels are all cached never starts one, and it is stopped when the
@@ -95,7 +96,10 @@ class CompileAhead:
         for job in jobs:
             if job not in unique:
                 unique.append(job)
-        self.jobs = unique[1:]  # the step compiles its first call itself, meanwhile
+        # the step compiles its first call meanwhile: the helper takes the second, then works
+        # backwards from the last, so the two meet once instead of the step catching up
+        # with the helper (and waiting for it) at every call
+        self.jobs = unique[1:2] + unique[:1:-1]
         self._step = step_py_func
         self._payload: bytes | None = None
         self.process: subprocess.Popen[bytes] | None = None
