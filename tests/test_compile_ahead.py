@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from gguf import GGMLQuantizationType as QT
-from gguf_factory import write_tiny_llama
+from gguf_factory import write_tiny_gemma3, write_tiny_llama
 
 # a cached kernel in a module of its own, compiled by the processes below
 KERNEL = textwrap.dedent("""
@@ -125,14 +125,21 @@ COLD_STEP = textwrap.dedent("""
 """)
 
 
-def test_a_cold_step_loads_the_kernels_its_helper_compiled(tmp_path: Path) -> None:
-    """An empty kernel cache: the helper compiles the attention (then the head's 8-bit
-    projection) while the step compiles the 4-bit layers; the step loads the attention from
-    the cache (its types match the helper's driver) and decodes what a warm process does."""
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_cold_step_loads_the_kernels_its_helper_compiled(tmp_path: Path, arch: str) -> None:
+    """An empty kernel cache: the helper compiles the attention (then, for the llama, the
+    head's 8-bit projection) while the step compiles its first projection; the step loads
+    the attention from the cache (its types match the helper's driver) and decodes what a
+    warm process does."""
     from localinfer import LLM, SamplingParams
 
-    path = write_tiny_llama(tmp_path / "tiny.gguf", weight_type=QT.Q4_1, embd_type=QT.Q8_0,
-                            n_embd=128, n_heads=4, n_kv_heads=2, n_ff=256)
+    if arch == "llama":
+        path = write_tiny_llama(tmp_path / "tiny.gguf", weight_type=QT.Q4_1,
+                                embd_type=QT.Q8_0, n_embd=128, n_ff=256)
+        jobs = ["attend_job", "project_job"]
+    else:  # f32 weights: every projection has the same types
+        path = write_tiny_gemma3(tmp_path / "tiny.gguf")
+        jobs = ["attend_job"]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
            "LOCALINFER_HOME": str(tmp_path / "home"), "LOCALINFER_WEIGHT_CACHE": "0"}
     env.pop("LOCALINFER_COMPILE_AHEAD", None)
@@ -140,8 +147,8 @@ def test_a_cold_step_loads_the_kernels_its_helper_compiled(tmp_path: Path) -> No
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     cold = json.loads(r.stdout.strip().splitlines()[-1])
-    assert cold["helper"] == [["attend_job", "project_job"]]
-    assert "llama_step" in cold["compiled"]
+    assert cold["helper"] == [jobs]
+    assert f"{arch}_step" in cold["compiled"]
     assert "attention_simd" not in cold["compiled"]  # loaded: the helper's
     warm = LLM(str(path), backend="numba", threads=2).generate(
         ["hello world"], SamplingParams(max_tokens=6, temperature=0))[0]

@@ -40,14 +40,14 @@ ENV = "LOCALINFER_COMPILE_AHEAD"
 
 @njit(nogil=True)
 def project_job(isa, ws, layer, x, qbuf, out, q8k):
-    """llama_step's project_as calls (every role's x and out are (n, cols) f32 rows)."""
+    """The steps' project_as calls (every role's x and out are (n, cols) f32 rows)."""
     project_as(isa, ws, layer, x, qbuf, out, q8k, 0)
 
 
 @njit(nogil=True)
 def attend_job(isa, qkv, dims, positions, token_seq, block_tables, slot_mapping, k_pool, v_pool,
                scale, scratch, out):
-    """llama_step's attend call, for layer 0 of the pools."""
+    """llama_step's and gemma3_step's attend calls, for layer 0 of the pools."""
     n_layers, n_embd, n_heads, n_kv, head_dim, n_ff, rope_dim, block_size, neox = dims
     layer = n_layers - n_layers
     attend(isa, qkv, n_heads, n_kv, head_dim, positions, token_seq, block_tables, block_size,
@@ -58,15 +58,24 @@ DRIVERS = {"project_job": project_job, "attend_job": attend_job}
 Job = tuple[str, tuple]  # (driver name, its Numba argument types)
 
 
-def llama_jobs(step_args: dict[str, Any]) -> list[Job]:
-    """The jobs of a llama_step call whose arguments are step_args (by parameter name), in
-    the order the step makes the calls."""
+def step_jobs(step_py_func: Any, args: tuple) -> list[Job]:
+    """The jobs of a call of llama_step or gemma3_step (step_py_func) with args, in the order
+    the step makes the calls: QKV projection, attention, output, gate/up and down
+    projections, head (gemma3's local and global attention calls have the same types)."""
+    import inspect
+
     from numba import typeof
     from numba.core.typing.typeof import Purpose
 
-    a = step_args
-    bufs = a["bufs"]
+    a = dict(zip(inspect.signature(step_py_func).parameters, args, strict=True))
+    if "k_global" in a:  # gemma3_step: llama's buffers first, scale 1 (Q is pre-scaled)
+        bufs = a["bufs"][0]
+        kv = (a["tables"], a["slots"], a["k_global"], a["v_global"], np.float32(1.0))
+    else:
+        bufs = a["bufs"]
+        kv = (a["block_tables"], a["slot_mapping"], a["k_pool"], a["v_pool"], a["attn_scale"])
     rows = bufs[1]  # (n, n_embd) f32: the type of every projection's x and out
+    tables, slots, k_pool, v_pool, scale = kv
 
     def sig(*values: Any) -> tuple:
         return tuple(typeof(v, Purpose.argument) for v in values)
@@ -75,8 +84,8 @@ def llama_jobs(step_args: dict[str, Any]) -> list[Job]:
         return ("project_job", sig(a["isa"], ws, np.int64(0), rows, bufs[9], rows, a["q8k"]))
 
     attention = ("attend_job", sig(a["isa"], bufs[2], a["dims"], a["positions"],
-                                   a["token_seq"], a["block_tables"], a["slot_mapping"],
-                                   a["k_pool"], a["v_pool"], a["attn_scale"], bufs[8], bufs[3]))
+                                   a["token_seq"], tables, slots, k_pool, v_pool, scale,
+                                   bufs[8], bufs[3]))
     return [project(a["wqkv"]), attention, project(a["wo"]), project(a["wgu"]),
             project(a["wdown"]), project(a["head"])]
 

@@ -20,12 +20,16 @@ processes saving different signatures at once could lose one of them.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no claims, each process compiles what it misses
+    fcntl = None  # type: ignore[assignment]
 
 WAIT_S = 300.0  # for another process's compile of one entry (a big kernel: ~10 s here)
 POLL_S = 0.02
@@ -67,7 +71,7 @@ def _try_lock(fd: int) -> bool:
 def after_miss(cache: Any, sig: Any, target_context: Any) -> Any:
     """Called when cache has no entry for sig: the entry another process compiled meanwhile,
     or None when this process is to compile it (holding the claim)."""
-    if not getattr(cache, "_enabled", False):
+    if fcntl is None or not getattr(cache, "_enabled", False):
         return None
     try:
         digest, path = _claim_path(cache, sig, target_context.codegen())
@@ -113,6 +117,9 @@ def release(cache: Any, sig: Any = None, codegen: Any = None) -> None:
 
 @contextlib.contextmanager
 def _index_lock(cache: Any) -> Iterator[None]:
+    if fcntl is None:
+        yield
+        return
     try:
         fd = os.open(cache._cache_file._index_path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except (OSError, AttributeError):

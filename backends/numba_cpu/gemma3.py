@@ -217,17 +217,18 @@ class Gemma3Forward:
             self.bufs = make_buffers(self.config, n_tokens, self.threads, self.max_ctx)
             self.capacity = n_tokens
 
-    def run(self, tokens, positions, token_seq, tables, slots, swa_tables, swa_slots, rows,
-            logits) -> None:
+    def step_args(self, tokens, positions, token_seq, tables, slots, swa_tables, swa_slots,
+                  rows, logits) -> tuple:
+        """gemma3_step's arguments for a batch (the runner calls the step with them)."""
         self.ensure_capacity(tokens.shape[0])
         w = self.weights
         b = w.base
-        gemma3_step(self.isa, tokens, positions, token_seq, tables, slots, swa_tables,
-                    swa_slots, rows, self.dims, self.fparams, self.is_swa, self.pool_index,
-                    self.gelu_table, b.q8k, b.embd, b.head, b.out_norm, b.attn_norm, b.ffn_norm,
-                    b.wqkv, b.wo, b.wgu, b.wdown, w.q_norm, w.k_norm, w.post_attn_norm,
-                    w.post_ffn_norm, self.k_global, self.v_global, self.k_local,
-                    self.v_local, self.bufs, logits)
+        return (self.isa, tokens, positions, token_seq, tables, slots, swa_tables,
+                swa_slots, rows, self.dims, self.fparams, self.is_swa, self.pool_index,
+                self.gelu_table, b.q8k, b.embd, b.head, b.out_norm, b.attn_norm, b.ffn_norm,
+                b.wqkv, b.wo, b.wgu, b.wdown, w.q_norm, w.k_norm, w.post_attn_norm,
+                w.post_ffn_norm, self.k_global, self.v_global, self.k_local,
+                self.v_local, self.bufs, logits)
 
     def close(self) -> None:
         self.weights = None  # type: ignore[assignment]

@@ -154,8 +154,11 @@ class NumbaModelRunner(ModelRunner):
                 for i, t in enumerate(batch.swa_block_tables):
                     swa_tables[i, : len(t)] = np.maximum(t, 0)  # released (-1): never read
                 swa_slots = np.asarray(batch.swa_slot_mapping, np.int64)
-            self._kernels.run(self._on_kernel_thread, self._gemma3.run, tokens, positions,
-                              token_seq, tables, slots, swa_tables, swa_slots, rows, logits)
+            from .gemma3 import gemma3_step
+
+            self._kernels.run(self._on_kernel_thread, gemma3_step, *self._gemma3.step_args(
+                tokens, positions, token_seq, tables, slots, swa_tables, swa_slots, rows,
+                logits))
             return logits
         self._kernels.run(self._on_kernel_thread, self._step, self._isa, tokens, positions,
                           token_seq, tables, slots, rows, self._dims, np.float32(c.rms_eps),
@@ -177,15 +180,12 @@ class NumbaModelRunner(ModelRunner):
 
     def _compile_ahead(self, step: Any, args: tuple) -> AbstractContextManager[Any]:
         """While a step of a new kind compiles, a helper process compiles part of its kernels
-        (compile_ahead.py); gemma3's step has no jobs yet."""
-        if not self._compile_notice.pending or self._gemma3 is not None:
+        (compile_ahead.py)."""
+        if not self._compile_notice.pending:
             return nullcontext()
-        import inspect
+        from .compile_ahead import CompileAhead, step_jobs
 
-        from .compile_ahead import CompileAhead, llama_jobs
-
-        names = inspect.signature(step.py_func).parameters
-        return CompileAhead(llama_jobs(dict(zip(names, args, strict=True))), step.py_func)
+        return CompileAhead(step_jobs(step.py_func, args), step.py_func)
 
     @property
     def kv_cache_bytes(self) -> int:
