@@ -12,11 +12,12 @@ The helper gets the step's kernel calls as jobs: a small driver (below) that mak
 call with arguments of the same Numba types as the step's, and those types (pickled).  While
 the step compiles its first call, the helper takes the second, then works from the step's
 last call backwards, so the two meet once; a job whose kernel the step has claimed is
-skipped.  A driver that drifts
-from the step's calls only costs time: its kernel gets other types, and the step compiles its
-own (never a wrong result).  The helper starts with the first kernel the step is about to
-compile, so a step whose kernels are all cached never starts one, and it is stopped when the
-step returns.  `LOCALINFER_COMPILE_AHEAD=0` turns it off; it is off on one core.
+skipped.  A driver that drifts from the step's calls only costs time: its kernel gets other
+types, and the step compiles its own (never a wrong result; tests/test_compile_ahead.py
+checks that the step loads the helper's attention).  The helper starts with the first kernel
+the step is about to compile, so a step whose kernels are all cached never starts one, and it
+is stopped when the step returns.  `LOCALINFER_COMPILE_AHEAD=0` turns it off; it is off on
+one core.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def _cores() -> int:
 
 
 class CompileAhead:
-    """Around a step that may compile: `with CompileAhead(jobs): step(...)`."""
+    """Around a step that may compile: `with CompileAhead(step_jobs(step, args), step):
+    step(*args)`; the helper process starts at the first kernel the step compiles."""
 
     def __init__(self, jobs: Sequence[Job], step_py_func: Any) -> None:
         unique: list[Job] = []
