@@ -51,8 +51,9 @@ def test_short_fuzz_run_counts_cases_without_crash_or_hang(
     assert report.refused > report.loads > 0  # mutations mostly break it; some still load
     if engine == "atheris":  # the fuzzer child's own peak
         assert 0 < report.peak_rss_mb < 1024
-    else:  # in this process: what the run added must stay bounded
-        assert before_mb < report.peak_rss_mb < before_mb + 1024
+    else:  # in this process: what the run added must stay bounded (the peak starts at the
+        # resident size before the first case, so a run that adds nothing reports exactly it)
+        assert before_mb <= report.peak_rss_mb < before_mb + 1024
     assert list((tmp_path / "work" / "findings").glob("crash-*")) == []
 
 
