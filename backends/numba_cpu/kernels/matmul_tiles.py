@@ -7,7 +7,8 @@ layout serves every path.  Per part and block of 32 columns, byte dot products (
 sum weight codes times int8 activation codes into int32 lanes; then, per lane, exactly the
 scalar formula of kernels/matmul.py:
     acc = fma(m_w, s_x, fma(d_w, d_x * float(isum - zero * xsum), acc))
-with the same operation order, the same two fused multiply-adds and no fast-math, so every output
+(the subtraction done as float(isum) - float(zero * xsum), the same bits: _accumulate) with the
+same operation order, the same two fused multiply-adds and no fast-math, so every output
 equals the generic path's bit for bit, and a row's result does not depend on how many rows share
 the call.
 
@@ -41,14 +42,13 @@ from ..simd.vectors import (
     vload_bytes,
     vload_f16,
     vsplat_f32,
-    vsplat_i32,
     vstore_bytes,
     vstore_f32,
     vzero_f32,
     vzero_i32,
     width,
 )
-from ..simd.vmath import vadd_i32, vcvt_f32, vfma, vmul, vsub_i32
+from ..simd.vmath import vadd_i32, vcvt_f32, vfma, vmul, vsub
 from ..tile_kind import KIND_CODES5, TileKindType, decoded_kind, has_mins, kind_of
 
 # a part's 5-bit codes are unpacked once, to bytes, when at least this many activation rows
@@ -57,16 +57,20 @@ DECODE_ROWS = 16
 
 
 @njit(nogil=True)
-def _accumulate(isa, kind, acc, isum, dw, mw, zero, xd, xi, xs):
-    """acc + dw * (xd * float(isum - zero * xi)) + mw * xs, lane by lane, in two fused
+def _accumulate(isa, kind, acc, isum, dw, mw, xd, xz, xs):
+    """acc + dw * (xd * (float(isum) - xz)) + mw * xs, lane by lane, in two fused
     multiply-adds (kernels/matmul.py's _block; 6-10% faster on the AVX2 pair than separate
-    multiplies and adds).  Both tests are constants of the kind's type: a kind with mins has
-    no code offset (the subtraction and its broadcast leave the loop), one without has no min
-    term (the generic path's fma with m = 0 leaves acc as it is)."""
-    if has_mins(kind) and kind_of(kind) != KIND_Q8:
-        f = vcvt_f32(isum)  # zero is 0 (weights.stack_tiles checks it)
-    else:
-        f = vcvt_f32(vsub_i32(isum, vsplat_i32(isa, zero * xi)))
+    multiplies and adds).  xz is float(zero * xi), the block's code offset, from _offsets:
+    float(isum) - xz is the generic path's float(isum - zero * xi) bit for bit (both are
+    integers below 2**24 in magnitude, so each converts exactly and so does their difference)
+    and costs a broadcast load and a subtraction where the integer form cost a scalar
+    multiply, a move to a vector register and a shuffle per row and block.  Both tests are
+    constants of the kind's type: a kind with mins has no code offset (the subtraction and
+    its broadcast leave the loop), one without has no min term (the generic path's fma with
+    m = 0 leaves acc as it is)."""
+    f = vcvt_f32(isum)
+    if not (has_mins(kind) and kind_of(kind) != KIND_Q8):
+        f = vsub(f, vsplat_f32(isa, xz))  # zero is 0 with mins (weights.stack_tiles checks it)
     acc = vfma(dw, vmul(vsplat_f32(isa, xd), f), acc)
     if has_mins(kind):
         acc = vfma(mw, vsplat_f32(isa, xs), acc)
@@ -225,7 +229,7 @@ def _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt):
 
 
 @njit(nogil=True, inline="always")
-def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt):
+def _rows4(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, wt, wh, i, pf, nxt):
     """Rows i..i+3 of out, part h of tile t (its weights: part wh of tile wt of w).  pf
     (prefetch tile nxt alongside): a constant at each call site."""
     rs = xq.strides[0]  # int8: bytes == elements
@@ -236,12 +240,12 @@ def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt)
         s0, s1, s2, s3 = _isum4(isa, kind, w, wo, xq, i * rs + 32 * b, rs)
-        a0 = _accumulate(isa, kind, a0, s0, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
-        a1 = _accumulate(isa, kind, a1, s1, dw, mw, zo, xd[i + 1, b], xi[i + 1, b],
+        a0 = _accumulate(isa, kind, a0, s0, dw, mw, xd[i, b], xz[i, b], xs[i, b])
+        a1 = _accumulate(isa, kind, a1, s1, dw, mw, xd[i + 1, b], xz[i + 1, b],
                          xs[i + 1, b])
-        a2 = _accumulate(isa, kind, a2, s2, dw, mw, zo, xd[i + 2, b], xi[i + 2, b],
+        a2 = _accumulate(isa, kind, a2, s2, dw, mw, xd[i + 2, b], xz[i + 2, b],
                          xs[i + 2, b])
-        a3 = _accumulate(isa, kind, a3, s3, dw, mw, zo, xd[i + 3, b], xi[i + 3, b],
+        a3 = _accumulate(isa, kind, a3, s3, dw, mw, xd[i + 3, b], xz[i + 3, b],
                          xs[i + 3, b])
     r0 = t * TILE_ROWS + h * lanes(isa)
     rows = out.shape[1]
@@ -252,14 +256,14 @@ def _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt
 
 
 @njit(nogil=True, inline="always")
-def _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, wt, wh, i, pf, nxt):
+def _row1(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, wt, wh, i, pf, nxt):
     """Row i of out, part h of tile t; the rest as in _rows4."""
     rs = xq.strides[0]
     acc = vzero_f32(isa)
     for b in range(w.shape[1]):
         dw, mw, wo = _block(isa, kind, w, d, m, t, h, wt, wh, b, pf, nxt)
         s = _isum1(isa, kind, w, wo, xq, i * rs + 32 * b)
-        acc = _accumulate(isa, kind, acc, s, dw, mw, zo, xd[i, b], xi[i, b], xs[i, b])
+        acc = _accumulate(isa, kind, acc, s, dw, mw, xd[i, b], xz[i, b], xs[i, b])
     _store(isa, out, i, t * TILE_ROWS + h * lanes(isa), out.shape[1], acc)
 
 
@@ -276,22 +280,22 @@ def _decode_part(isa, kind, w, d, m, t, h, nxt, codes):
             vstore_bytes(codes, b * 32 * n + 4 * n * k, _group(isa, kind, w, wo, k))
 
 
-def _rows_decoded(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt):
+def _rows_decoded(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, nxt):
     """Every row of out against part h of tile t, the part's 5-bit codes decoded once."""
 
 
 @overload(_rows_decoded, jit_options={"nogil": True})
-def _rows_decoded_for_kind(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt):
+def _rows_decoded_for_kind(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, nxt):
     # typed per kind: other kinds never reach it (_part's test is a constant, but Numba types
     # and inlines both branches before LLVM drops the dead one), so they get an empty body
     # instead of a second copy of the row loops: SmolLM2's two kinds compiled in 9.1 s of CPU
     # instead of 15.8, a cold start 30 s instead of 38 (qwen2.5-coder-0.5b: 56 instead of 66)
     if kind.kind != KIND_Q5:
-        def none(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt):
+        def none(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, nxt):
             pass
         return none
 
-    def decoded(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt):
+    def decoded(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, nxt):
         n_tokens = out.shape[0]
         # the fifth-bit unpacking (~7 instructions a group on the AVX2 pair) once per part
         # rather than once per 4 rows: the rows then read plain bytes; the same integers
@@ -300,16 +304,16 @@ def _rows_decoded_for_kind(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nx
         ck = decoded_kind(kind)
         i = 0
         while i + 4 <= n_tokens:
-            _rows4(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
+            _rows4(isa, ck, codes, d, m, xq, xd, xz, xs, out, t, h, 0, 0, i, False, nxt)
             i += 4
         while i < n_tokens:
-            _row1(isa, ck, zo, codes, d, m, xq, xd, xi, xs, out, t, h, 0, 0, i, False, nxt)
+            _row1(isa, ck, codes, d, m, xq, xd, xz, xs, out, t, h, 0, 0, i, False, nxt)
             i += 1
     return decoded
 
 
 @njit(nogil=True, inline="always")
-def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
+def _part(isa, kind, w, d, m, xq, xd, xz, xs, out, u):
     """Every row of out against part u of the tiles (tile u // parts, part u % parts), four
     rows per pass; the first pass also prefetches the next tile (a thread's parts are
     consecutive under prange's static split)."""
@@ -321,21 +325,31 @@ def _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u):
         return  # the padding half of a last tile
     nxt = min(t + 1, w.shape[0] - 1)
     if kind_of(kind) == KIND_Q5 and n_tokens >= DECODE_ROWS:
-        _rows_decoded(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, nxt)
+        _rows_decoded(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, nxt)
         return
     i = 0
     if n_tokens >= 4:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
+        _rows4(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, t, h, 0, True, nxt)
         i = 4
     elif n_tokens > 0:
-        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, 0, True, nxt)
+        _row1(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, t, h, 0, True, nxt)
         i = 1
     while i + 4 <= n_tokens:
-        _rows4(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
+        _rows4(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, t, h, i, False, nxt)
         i += 4
     while i < n_tokens:
-        _row1(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, t, h, t, h, i, False, nxt)
+        _row1(isa, kind, w, d, m, xq, xd, xz, xs, out, t, h, t, h, i, False, nxt)
         i += 1
+
+
+@njit(nogil=True)
+def _offsets(zo, xi):
+    """float(zo * xi) per row and block, once a call rather than once per part."""
+    xz = np.empty(xi.shape, np.float32)
+    for i in range(xi.shape[0]):
+        for b in range(xi.shape[1]):
+            xz[i, b] = np.float32(zo * xi[i, b])
+    return xz
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -358,6 +372,7 @@ def matmul_tiles(isa, kind, zero, w, d, m, xq, xd, xi, xs, out):
     mins = has_mins(kind)
     if mins != (m.size > 0) or (mins and kind_of(kind) != KIND_Q8 and zero != 0):
         raise ValueError("matmul_tiles: the kind's mins do not match m and zero")
+    xz = _offsets(zo, xi)
     for u in prange(n_parts):
-        _part(isa, kind, zo, w, d, m, xq, xd, xi, xs, out, u)
+        _part(isa, kind, w, d, m, xq, xd, xz, xs, out, u)
 
