@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from .gemma3 import Gemma3Weights
 
 # bump when the stored layout changes in a way the source digest would not catch
-# (2: Q5_0 / Q5_1 roles in 5-bit tiles, TileStack kinds as TileKind)
-LAYOUT_VERSION = 2
+# (2: Q5_0 / Q5_1 roles in 5-bit tiles, TileStack kinds as TileKind; 3: roles of mixed
+# kinds as SplitStacks, split_stack.py)
+LAYOUT_VERSION = 3
 
 
 def load_weights(g: GGUFFile, config: ModelConfig, tiled: bool

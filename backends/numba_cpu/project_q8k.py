@@ -15,6 +15,7 @@ from .kernels.matmul import matmul_f32, matmul_q4, matmul_q8
 from .kernels.matmul_tiles import matmul_tiles
 from .kernels.quantize_q8k import quantize_rows_q8k
 from .quants.packed import KIND_F32, KIND_Q4
+from .split_stack import is_split
 from .tile_kind import stack_kind
 
 
@@ -65,21 +66,45 @@ def _project_q8k(isa, ws, layer, x, qbuf, out):
 
 
 def project_as(isa, ws, layer, x, qbuf, out, q8k, role):
-    """project, or project_q8k where role `role`'s weights are K-quants (LlamaWeights.q8k)."""
+    """project, or project_q8k where role `role`'s weights are K-quants (LlamaWeights.q8k);
+    ws a TileStack, WeightStack or SplitStack (split_stack.py)."""
 
 
 @overload(project_as, jit_options={"nogil": True})
 def _project_as(isa, ws, layer, x, qbuf, out, q8k, role):
+    if is_split(ws):
+        # each layer from its kind's stack; q8k stays indexed by the model's layer
+        def split(isa, ws, layer, x, qbuf, out, q8k, role):
+            wide, narrow, where = ws
+            j = where[layer]
+            if j >= 0:
+                _project_one(isa, wide, j, x, qbuf, out, q8k, role, layer)
+            else:
+                _project_one(isa, narrow, -1 - j, x, qbuf, out, q8k, role, layer)
+        return split
+
+    def whole(isa, ws, layer, x, qbuf, out, q8k, role):
+        _project_one(isa, ws, layer, x, qbuf, out, q8k, role, layer)
+    return whole
+
+
+def _project_one(isa, ws, index, x, qbuf, out, q8k, role, layer):
+    """project_as on layer `index` of the TileStack or WeightStack ws, which is model layer
+    `layer` (the one q8k names)."""
+
+
+@overload(_project_one, jit_options={"nogil": True})
+def _project_one_impl(isa, ws, index, x, qbuf, out, q8k, role, layer):
     if isinstance(q8k, types.NoneType):
         # a model without K-quants: the q8_K path is never typed, so never compiled (a first
         # run on a new machine compiles only what the model calls)
-        def plain(isa, ws, layer, x, qbuf, out, q8k, role):
-            project(isa, ws, layer, x, qbuf, out)
+        def plain(isa, ws, index, x, qbuf, out, q8k, role, layer):
+            project(isa, ws, index, x, qbuf, out)
         return plain
 
-    def either(isa, ws, layer, x, qbuf, out, q8k, role):
+    def either(isa, ws, index, x, qbuf, out, q8k, role, layer):
         if q8k[role, layer]:
-            project_q8k(isa, ws, layer, x, qbuf, out)
+            project_q8k(isa, ws, index, x, qbuf, out)
         else:
-            project(isa, ws, layer, x, qbuf, out)
+            project(isa, ws, index, x, qbuf, out)
     return either

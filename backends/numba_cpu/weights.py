@@ -11,7 +11,8 @@ tuples instead (quants/tiles.py layout):
     (kind, zero, w, d, m, wf)
 kind a TileKind (tile_kind.py: the kind in the Numba type, so each role compiles only its own
 kernel), zero (n_layers,) int64 code offsets (Q4_0: 8, Q4_1: 0, Q5_0: 16, Q8: 128), w/d/m per
-layer tiles, wf the float32 matrices of a KIND_F32 role.
+layer tiles, wf the float32 matrices of a KIND_F32 role.  A layer role whose layers need
+different kinds (llama.cpp's K-quant mixes) is a SplitStack of two TileStacks (split_stack.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .quants import (
 )
 from .quants.packed import NIBBLE_KINDS, WIDTH, common_kind
 from .quants.tiles import TILE_ROWS, tile_bytes, to_tiles
+from .split_stack import split_tiles
 from .tile_kind import TileKind
 
 if TYPE_CHECKING:
@@ -153,6 +155,10 @@ class LazyLayers(Sequence[Packed]):
         self.g.release_pages()
         return parts[0] if len(parts) == 1 else concat_rows(parts)
 
+    def subset(self, layers: Sequence[int]) -> LazyLayers:
+        """These layers only, in this order."""
+        return LazyLayers(self.g, [self.names[i] for i in layers])
+
     def kind(self, tiled: bool) -> int:
         """The kind stack / stack_tiles would pick from the unpacked layers, from the tensor
         types alone (quants.FORMATS): the widest, and 8 bits for 4- or 5-bit codes with
@@ -214,7 +220,10 @@ class LlamaWeights:
             names = ([(single,)] if single else
                      [tuple(f"blk.{i}.{t}.weight" for t in roles) for i in layers])
             lazy = LazyLayers(g, names)
-            s = stack_fn(lazy, kind=lazy.kind(tiled))
+            if tiled and not single:  # layers of different kinds: split_stack.py
+                s = split_tiles(lazy, stack_tiles)
+            else:
+                s = stack_fn(lazy, kind=lazy.kind(tiled))
             # this role's pages of the file are not read again: drop them now, so the mapped
             # copy never sits in memory beside the repacked one (peak ~ one role of the file)
             g.release_pages()
@@ -258,5 +267,10 @@ class LlamaWeights:
         stacks = [self.embd, self.wqkv, self.wo, self.wgu, self.wdown]
         if self.head is not self.embd:
             stacks.append(self.head)
-        stacked = (a for s in stacks for a in s[1:] if isinstance(a, np.ndarray))
-        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in stacked)
+        return sum(a.nbytes for a in arrays) + sum(_stack_bytes(s) for s in stacks)
+
+
+def _stack_bytes(s: tuple) -> int:
+    """The arrays' bytes of a WeightStack, TileStack or SplitStack (split_stack.py)."""
+    return sum(_stack_bytes(a) if isinstance(a, tuple) else a.nbytes
+               for a in s if isinstance(a, tuple | np.ndarray))
