@@ -9,6 +9,7 @@ symbol that is not a token falls back to its bytes' <0xXX> tokens.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Iterable
 
 import numpy as np
@@ -34,9 +35,9 @@ class SpmTokenizer(Tokenizer):
         super().__init__(vocab, add_bos, add_eos)
         if len(scores) < vocab.n_vocab:
             raise TokenizerError(f"{KEY}scores has {len(scores)} entries for {vocab.n_vocab}")
-        # tolist(): the same Python floats as float() of each element, made in C
-        head = scores[: vocab.n_vocab]
-        self._scores: list[float] = head.tolist() if isinstance(head, np.ndarray) else list(head)
+        # float64 in an array, not a list of Python floats: 8 bytes a token instead of 32 (6 MB
+        # less for gemma3's 262k tokens); indexing gives the same floats as float() of each
+        self._scores = array("d", np.asarray(scores[: vocab.n_vocab], np.float64).tobytes())
         self.add_space_prefix = add_space_prefix
         self._byte_ids = [vocab.token_to_id.get(f"<0x{b:02X}>") for b in range(256)]
         self._cache: dict[str, tuple[int, ...]] = {}

@@ -81,7 +81,7 @@ def from_state(state: Any) -> Tokenizer:
     if model == "bpe":
         spec = spec_named(_get(state, "pre", str))
         lines = _split(_get(state, "merges", tuple))
-        ranks = _array(_get(state, "ranks", bytes), "<i4", len(lines))
+        ranks = _array(_get(state, "ranks", bytes), "<i4", len(lines)).tolist()
         if spec is None:
             raise ValueError("unknown pre-tokenizer")
         return BpeTokenizer(vocab, dict(zip(lines, ranks, strict=True)), spec, add_bos, add_eos)
@@ -138,7 +138,7 @@ def _ids(raw: bytes, n: int) -> list[int]:
     return ids.tolist()
 
 
-def _array(raw: bytes, dtype: str, n: int) -> list:
+def _array(raw: bytes, dtype: str, n: int) -> np.ndarray:
     if len(raw) != n * np.dtype(dtype).itemsize:
         raise ValueError("array size does not match")
-    return np.frombuffer(raw, dtype).tolist()
+    return np.frombuffer(raw, dtype)
