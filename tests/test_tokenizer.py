@@ -409,6 +409,12 @@ def test_cached_tiny_tokenizer_is_identical(tmp_path: Path, tok_cache: Path, kin
         assert cached.token_text(cached.n_vocab - 3) == "[EMPTY_266]"
         assert cached.token_text(cached.n_vocab - 2).encode("utf-8", "surrogateescape") == \
             b"\xff\xfe"  # the file's bytes, kept through the entry
+        # scores stay 8 bytes a token, built or cached (a list of Python floats was 32: 6 MB
+        # more for gemma3's 262k tokens); the same values as the file's float32 scores
+        for tok in (built, cached):
+            scores = tok._scores  # type: ignore[attr-defined]
+            assert memoryview(scores).itemsize == 8 and len(scores) == tok.n_vocab
+            assert scores[-1] == -3.0 and scores[-9] == -2.0
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "magic", "garbage", "empty", "state"])
