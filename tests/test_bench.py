@@ -192,5 +192,9 @@ def test_start_probe_runs_in_a_users_environment(monkeypatch: pytest.MonkeyPatch
     out = subprocess.run(probe, env=startup.user_env(NUMBA_CACHE_DIR="/x"), capture_output=True,
                          text=True, check=True).stdout
     assert out == "[None, 'kept', '/x']"
-    assert startup.first_output_s(probe) > 0  # the default environment is user_env()
-    assert "PYTHONDONTWRITEBYTECODE" not in startup.user_env()
+    # the default environment is user_env(): this child fails (and the probe raises) if not
+    clean = [sys.executable, "-c", "import os, sys; sys.exit(1) if 'PYTHONDONTWRITEBYTECODE' "
+             "in os.environ else sys.stdout.write('ok')"]
+    assert startup.first_output_s(clean) > 0
+    with pytest.raises(Exception, match="start-up probe failed"):
+        startup.first_output_s(clean, dict(os.environ))
