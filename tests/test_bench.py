@@ -14,6 +14,7 @@ from gguf_factory import write_tiny_llama
 
 from localinfer.bench import llama_bench, report, structured
 from localinfer.bench.plan import STRUCTURED_COUNTS, BenchPlan
+from localinfer.errors import LocalInferError
 
 METRICS = [
     "prefill_tps", "decode_tps", "decode_tps_pos1000",
@@ -196,5 +197,5 @@ def test_start_probe_runs_in_a_users_environment(monkeypatch: pytest.MonkeyPatch
     clean = [sys.executable, "-c", "import os, sys; sys.exit(1) if 'PYTHONDONTWRITEBYTECODE' "
              "in os.environ else sys.stdout.write('ok')"]
     assert startup.first_output_s(clean) > 0
-    with pytest.raises(Exception, match="start-up probe failed"):
+    with pytest.raises(LocalInferError, match="start-up probe failed"):
         startup.first_output_s(clean, dict(os.environ))
