@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,35 @@ import pytest
 # module is imported (tests/triton_env.py says which device the tests then use)
 if not glob.glob("/dev/nvidia[0-9]*"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# The emulated NEON checks (tests/arm64_emulated.py) run in the background of the session at
+# idle priority: their tests go last, so the checks get all the idle time before them.
+NEON_TESTS = "test_neon_kernels.py"
+
+
+@pytest.hookimpl(trylast=True)  # after -k / --deselect have chosen
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name == NEON_TESTS)  # stable: the rest keep order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly or platform.machine().lower() in ("aarch64", "arm64"):
+        return
+    if not any(item.path.name == NEON_TESTS and "results" in getattr(item, "fixturenames", ())
+               for item in session.items):
+        return
+    import arm64_emulated
+
+    if arm64_emulated.LAUNCHER.exists():
+        arm64_emulated.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import sys
+
+    if "arm64_emulated" in sys.modules:  # an interrupted or failed session: no orphans
+        sys.modules["arm64_emulated"].stop()
 
 
 @pytest.fixture(scope="session")

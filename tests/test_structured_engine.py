@@ -293,8 +293,14 @@ def test_preemption_keeps_constrained_outputs(llm: LLM) -> None:
         assert llm.engine.scheduler.num_preemptions == before
     for (prompt, params), got, want in zip(requests, together, unpreempted, strict=True):
         assert got.error is None
-        check_valid(params, got)
         assert got == want, prompt
+        # a greedy tiny model may loop inside the constraint ("bibibib", ... on the native AVX2
+        # pair) until max_tokens: then what it gave must still be a prefix the grammar allows
+        if got.finish_reason == "length":
+            assert params.structured is not None
+            assert_grammar_accepts(llm, params.structured, got.token_ids, complete=False)
+        else:
+            check_valid(params, got)
 
 
 # --- bad constraints ---------------------------------------------------------------------------
