@@ -9,9 +9,10 @@ leave idle — much of the suite is one Python thread, or waits on a server — 
 whenever a test wants it.  conftest.py also moves the NEON tests to the end of the session, so
 the checks have had the whole suite's idle time when test_neon_kernels.py waits for them.
 
-Two processes, one per core of a small CI machine: the matmul checks, and the rest (with one
-5-bit type, whose compile is about what the two sets differ by); so no compile helper beside
-the tiny model's first step (backends/numba_cpu/compile_ahead.py), which would be a third.
+Two processes, one per core of a small CI machine: the matmul checks, and the rest, which
+also takes the Q5_1 matmul check (177 s of the 1282) to even them out; so no compile helper
+beside the tiny model's first step (backends/numba_cpu/compile_ahead.py), which would be a
+third.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    import sys
-
     if "arm64_emulated" in sys.modules:  # an interrupted or failed session: no orphans
         sys.modules["arm64_emulated"].stop()
 
