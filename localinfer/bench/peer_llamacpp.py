@@ -144,7 +144,9 @@ def batch(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     stage.show("loading model")
     b = _Batched(plan)
     stage.show("warm-up")
-    b.run([prompt_ids(b.n_vocab, plan.agg_prompt, 2 + i) for i in range(4)], 4)
+    # no more sequences than the context has seq ids (n_seq_max): --aggregate 3,2 has three
+    warm = min(4, max(plan.agg_counts))
+    b.run([prompt_ids(b.n_vocab, plan.agg_prompt, 2 + i) for i in range(warm)], 4)
     res: dict[str, Any] = {}
     for n in plan.agg_counts:
         stage.show(f"aggregate decode, {n} x {plan.agg_tokens} tokens")
