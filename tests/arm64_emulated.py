@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 import arm64_neon_checks as checks
 
 REPO = Path(__file__).resolve().parents[1]
+NATIVE = platform.machine().lower() in ("aarch64", "arm64")  # no emulation: checks in-process
 ROOT = Path(os.environ.get("LOCALINFER_ARM64_ROOT",
                            Path.home() / ".cache" / "localinfer" / "arm64-root"))
 LAUNCHER = ROOT / "bin" / "python"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -28,14 +27,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly or platform.machine().lower() in ("aarch64", "arm64"):
-        return
-    if not any(item.path.name == NEON_TESTS and "results" in getattr(item, "fixturenames", ())
-               for item in session.items):
+    if session.config.option.collectonly or not any(
+            item.path.name == NEON_TESTS and "results" in getattr(item, "fixturenames", ())
+            for item in session.items):
         return
     import arm64_emulated
 
-    if arm64_emulated.LAUNCHER.exists():
+    if not arm64_emulated.NATIVE and arm64_emulated.LAUNCHER.exists():
         arm64_emulated.start()
 
 

@@ -13,7 +13,6 @@ numba cache inside the root.
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 
@@ -21,12 +20,10 @@ import arm64_emulated as emulated
 import arm64_neon_checks as checks
 import pytest
 
-NATIVE = platform.machine().lower() in ("aarch64", "arm64")
-
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict]:
-    if NATIVE:
+    if emulated.NATIVE:
         pytest.importorskip("numba")
         return {r["name"]: r for r in checks.run(list(checks.CHECKS))}
     if not emulated.LAUNCHER.exists():

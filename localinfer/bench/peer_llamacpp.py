@@ -95,7 +95,7 @@ class _Batched:
             raise RuntimeError(f"llama.cpp could not load {plan.model}")
         cp = lc.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = plan.batch_ctx, 512, 512
-        cp.n_seq_max = max(plan.agg_counts)
+        cp.n_seq_max = self.n_seq_max = max(plan.agg_counts)
         cp.n_threads = cp.n_threads_batch = plan.threads
         cp.kv_unified = True
         self.ctx = lc.llama_init_from_model(self.model, cp)
@@ -144,9 +144,8 @@ def batch(plan: BenchPlan, stage: Stage) -> dict[str, Any]:
     stage.show("loading model")
     b = _Batched(plan)
     stage.show("warm-up")
-    # no more sequences than the context has seq ids (n_seq_max): --aggregate 3,2 has three
-    warm = min(4, max(plan.agg_counts))
-    b.run([prompt_ids(b.n_vocab, plan.agg_prompt, 2 + i) for i in range(warm)], 4)
+    # no more sequences than the context has seq ids (--aggregate 3,2 makes three)
+    b.run([prompt_ids(b.n_vocab, plan.agg_prompt, 2 + i) for i in range(min(4, b.n_seq_max))], 4)
     res: dict[str, Any] = {}
     for n in plan.agg_counts:
         stage.show(f"aggregate decode, {n} x {plan.agg_tokens} tokens")
