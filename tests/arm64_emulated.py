@@ -11,7 +11,7 @@ the checks have had the whole suite's idle time when test_neon_kernels.py waits 
 
 Two processes, one per core of a small CI machine: the matmul checks, and the rest (moving
 the Q5_1 matmul check, 177 s, to the rest made the pair slower, 1497 s end to end against
-1282: that process then compiles the projection's shared code too); so no compile helper
+1282, likely because that process then compiles the shared projection code too); no helper
 beside the tiny model's first step (backends/numba_cpu/compile_ahead.py), which would be a
 third.
 """
