@@ -9,7 +9,7 @@ import pytest
 from engine_fakes import N_VOCAB, make_engine
 from test_llm_engine import run
 
-from localinfer.engine.sampler import apply_logit_bias, filtered
+from localinfer.engine.sampler import apply_logit_bias, penalized
 from localinfer.errors import InvalidRequestError
 from localinfer.sampling_params import SamplingParams
 
@@ -43,7 +43,7 @@ def test_bias_is_applied_before_penalties():
     row = np.zeros(N_VOCAB, np.float32)
     row[4] = 1.0
     p = SamplingParams(logit_bias={4: 9.0}, repetition_penalty=2.0)
-    assert filtered(row, p, [4])[4] == pytest.approx(5.0)
+    assert penalized(row, p, [4])[4] == pytest.approx(5.0)
     assert row[4] == 1.0  # the runner's row is untouched
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from localinfer.engine.sampler import Sampler, apply_penalties, min_p, top_k, top_p
+from localinfer.engine.sampler import (
+    Sampler,
+    apply_penalties,
+    candidates,
+    min_p,
+    top_k,
+    top_p,
+)
 from localinfer.engine.sequence import Sequence
 from localinfer.sampling_params import SamplingParams
 
@@ -87,23 +94,25 @@ def test_penalty_last_n_window_changes_greedy_choice():
 
 def test_top_k_keeps_k_best():
     x = np.array([0.1, 3.0, 2.0, -1.0, 2.5], np.float32)
-    kept = np.isfinite(top_k(x.copy(), 2))
-    assert np.flatnonzero(kept).tolist() == [1, 4]
+    ids, v = top_k(x, 2)
+    assert ids.tolist() == [1, 4] and v.tolist() == x[[1, 4]].tolist()
 
 
 def test_top_p_keeps_smallest_set_reaching_p():
     probs = np.array([0.5, 0.3, 0.15, 0.05])
     x = np.log(probs).astype(np.float32)
-    assert np.flatnonzero(np.isfinite(top_p(x.copy(), 0.5))).tolist() == [0]
-    assert np.flatnonzero(np.isfinite(top_p(x.copy(), 0.7))).tolist() == [0, 1]
-    assert np.flatnonzero(np.isfinite(top_p(x.copy(), 0.9))).tolist() == [0, 1, 2]
+    assert top_p(*candidates(x), 0.5)[0].tolist() == [0]
+    assert top_p(*candidates(x), 0.7)[0].tolist() == [0, 1]
+    assert top_p(*candidates(x), 0.9)[0].tolist() == [0, 1, 2]
+    # the kept ids stay ascending whatever the logits' order
+    assert top_p(*candidates(x[::-1].copy()), 0.7)[0].tolist() == [2, 3]
 
 
 def test_min_p_keeps_tokens_above_fraction_of_max():
     probs = np.array([0.5, 0.3, 0.15, 0.05])
     x = np.log(probs).astype(np.float32)
-    assert np.flatnonzero(np.isfinite(min_p(x.copy(), 0.25))).tolist() == [0, 1, 2]
-    assert np.flatnonzero(np.isfinite(min_p(x.copy(), 0.5))).tolist() == [0, 1]
+    assert min_p(*candidates(x), 0.25)[0].tolist() == [0, 1, 2]
+    assert min_p(*candidates(x), 0.5)[0].tolist() == [0, 1]
 
 
 def test_sampling_follows_the_distribution_roughly():
@@ -135,3 +144,54 @@ def test_any_integer_seed_is_accepted_and_reproducible():
         a = make_generator(SamplingParams(seed=seed)).random(4)
         b = make_generator(SamplingParams(seed=seed)).random(4)
         assert (a == b).all()
+
+
+def _full_row_distribution(row: np.ndarray, p: SamplingParams) -> np.ndarray:
+    """The chain as it reads on the whole row (each filter sets dropped logits to -inf, then
+    one softmax over every token): what the candidate filters must reproduce."""
+    x = row.astype(np.float32).copy()
+    if 0 < p.top_k < x.shape[0]:
+        x[x < np.partition(x, -p.top_k)[-p.top_k]] = -np.inf
+    if p.top_p < 1.0:
+        alive = np.flatnonzero(np.isfinite(x))
+        order = alive[np.argsort(-x[alive], kind="stable")]
+        e = np.exp(x[order] - x[order].max())
+        n_keep = int(np.searchsorted(np.cumsum(e / e.sum()), p.top_p)) + 1
+        x[order[n_keep:]] = -np.inf
+    if p.min_p > 0.0:
+        x[x < x.max() + np.log(p.min_p)] = -np.inf
+    z = x.astype(np.float64) / p.temperature
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def test_candidate_filters_give_the_whole_rows_distribution():
+    """top-k, top-p and min-p on candidates keep exactly the tokens the whole-row chain keeps,
+    with the same probabilities, and a seeded draw picks the same token."""
+    from localinfer.engine.sampler import kept, make_generator, probabilities, sample
+
+    rng = np.random.default_rng(5)
+    settings = [dict(top_k=40, top_p=0.95, min_p=0.05), dict(top_k=0, top_p=0.9, min_p=0.0),
+                dict(top_k=7, top_p=1.0, min_p=0.2), dict(top_k=0, top_p=1.0, min_p=0.0)]
+    for trial in range(24):
+        row = (rng.standard_normal(3000) * rng.uniform(0.5, 4)).astype(np.float32)
+        row[rng.integers(0, 3000, 5)] = row.max()  # ties at the top
+        p = SamplingParams(temperature=float(rng.uniform(0.3, 1.5)), seed=trial,
+                           **settings[trial % len(settings)])
+        ref = _full_row_distribution(row, p)
+        ids, v = kept(row, p)
+        assert ids.tolist() == np.flatnonzero(ref > 0).tolist()
+        assert np.allclose(probabilities(v, p.temperature), ref[ids], rtol=1e-12, atol=0)
+        a, b = make_generator(p), make_generator(p)
+        cdf = np.cumsum(ref)
+        whole = [min(int(np.searchsorted(cdf, a.random() * cdf[-1], side="right")), 2999)
+                 for _ in range(20)]
+        assert [sample(row, p, b) for _ in range(20)] == whole
+
+
+def test_a_masked_row_draws_only_allowed_tokens():
+    """A structured-output mask leaves fewer tokens than top_k: only those are ever drawn."""
+    row = np.full((1, 500), -np.inf, np.float32)
+    row[0, [3, 250, 499]] = [0.5, 0.0, 1.0]
+    s = seq(temperature=1.0, top_k=40, top_p=0.95, min_p=0.0, seed=4)
+    assert set(Sampler()(row, [s])[0] for _ in range(300)) == {3, 250, 499}

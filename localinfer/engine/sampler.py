@@ -41,31 +41,49 @@ def apply_penalties(logits: np.ndarray, recent: list[int], p: SamplingParams) ->
     return logits
 
 
-def top_k(logits: np.ndarray, k: int) -> np.ndarray:
-    if 0 < k < logits.shape[0]:
-        kth = np.partition(logits, -k)[-k]
-        logits[logits < kth] = -np.inf
-    return logits
+# -- the filters work on candidates: the ids (ascending) and logits of the tokens still in
+# play.  top-k leaves a few dozen of a vocabulary of 50-260k, so every later step (top-p's sort,
+# min-p, the softmax, the cumulative sum of a draw) costs nothing, where on the whole row the
+# float64 softmax and the cumsum alone took 1.7 ms a token (SmolLM2's 49,152 logits; its
+# decode step is 7 ms).  Tokens a filter drops, or a structured-output mask set to -inf, are
+# left out rather than kept at -inf, which gives every kept token the probability it had on
+# the whole row.
 
 
-def top_p(logits: np.ndarray, p: float) -> np.ndarray:
+def candidates(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every token with a finite logit (a mask's -inf is out)."""
+    ids = np.flatnonzero(np.isfinite(x))
+    return ids, x[ids]
+
+
+def top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens whose logit is at least the k-th largest (ties at the k-th are all kept, as
+    llama.cpp's sort keeps an arbitrary one of them; k <= 0 or >= the vocabulary: all)."""
+    if not 0 < k < x.shape[0]:
+        return candidates(x)
+    kth = np.partition(x, -k)[-k]
+    ids = np.flatnonzero(x >= kth)
+    v = x[ids]
+    finite = np.isfinite(v)  # fewer than k tokens outside a mask: kth is -inf
+    return (ids, v) if finite.all() else (ids[finite], v[finite])
+
+
+def top_p(ids: np.ndarray, v: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
     """Keep the most likely tokens whose probabilities first reach p together."""
     if p >= 1.0:
-        return logits
-    alive = np.flatnonzero(np.isfinite(logits))
-    order = alive[np.argsort(-logits[alive], kind="stable")]
-    probs = softmax(logits[order])
-    n_keep = int(np.searchsorted(np.cumsum(probs), p)) + 1  # includes the one crossing p
-    logits[order[n_keep:]] = -np.inf
-    return logits
+        return ids, v
+    order = np.argsort(-v, kind="stable")  # most likely first, ties by id
+    n_keep = int(np.searchsorted(np.cumsum(softmax(v[order])), p)) + 1  # with the crossing one
+    keep = np.sort(order[:n_keep])
+    return ids[keep], v[keep]
 
 
-def min_p(logits: np.ndarray, p: float) -> np.ndarray:
+def min_p(ids: np.ndarray, v: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
     """Drop tokens whose probability is below p times the most likely one's."""
-    if p <= 0.0:
-        return logits
-    logits[logits < logits.max() + np.log(p)] = -np.inf
-    return logits
+    if p <= 0.0 or v.shape[0] == 0:
+        return ids, v
+    keep = v >= v.max() + np.log(p)
+    return ids[keep], v[keep]
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -77,20 +95,17 @@ def greedy(logits: np.ndarray) -> int:
     return int(np.argmax(logits))  # first maximum: ties go to the lowest id
 
 
-def probabilities(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """The distribution a draw at this temperature samples from (float64)."""
-    return softmax(logits.astype(np.float64) / temperature)
+def probabilities(v: np.ndarray, temperature: float) -> np.ndarray:
+    """The distribution a draw at this temperature samples from (float64), over candidates'
+    logits v."""
+    return softmax(v.astype(np.float64) / temperature)
 
 
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from probabilities (which need not sum to exactly 1)."""
+    """One index into probs (which need not sum to exactly 1)."""
     cdf = np.cumsum(probs)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
     return min(i, probs.shape[0] - 1)
-
-
-def sample(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    return draw(probabilities(logits, temperature), rng)
 
 
 def token_logprob(row: np.ndarray, token: int, k: int) -> TokenLogprob:
@@ -117,17 +132,27 @@ def last_tokens(token_ids: list[int], last_n: int) -> list[int]:
     return token_ids if last_n < 0 else token_ids[-last_n:]
 
 
-def filtered(row: np.ndarray, p: SamplingParams, recent: list[int]) -> np.ndarray:
-    """A copy of one logits row with the logit bias and the penalties over `recent` applied
-    and, unless greedy, top-k, top-p and min-p: what greedy() or sample() then picks from."""
+def penalized(row: np.ndarray, p: SamplingParams, recent: list[int]) -> np.ndarray:
+    """A copy of one logits row with the logit bias and the penalties over `recent` applied:
+    what greedy() picks from, and what kept() filters."""
     x = np.array(row, dtype=np.float32)  # never modify the runner's buffer
     if p.logit_bias:
         x = apply_logit_bias(x, p.logit_bias)
     if has_penalty(p):
         x = apply_penalties(x, recent, p)
-    if p.greedy:
-        return x
-    return min_p(top_p(top_k(x, p.top_k), p.top_p), p.min_p)
+    return x
+
+
+def kept(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates top-k, top-p and min-p leave of a penalized row, in that order."""
+    ids, v = top_k(x, p.top_k)
+    return min_p(*top_p(ids, v, p.top_p), p.min_p)
+
+
+def sample(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
+    """A draw at p's temperature from what kept() leaves of the penalized row x."""
+    ids, v = kept(x, p)
+    return int(ids[draw(probabilities(v, p.temperature), rng)])
 
 
 def make_generator(params: SamplingParams) -> np.random.Generator:
@@ -157,9 +182,9 @@ class Sampler:
         p = seq.sampling_params
         if plain_greedy(p):
             return greedy(row)
-        x = filtered(row, p, recent_tokens(seq, p.penalty_last_n) if has_penalty(p) else [])
+        x = penalized(row, p, recent_tokens(seq, p.penalty_last_n) if has_penalty(p) else [])
         if p.greedy:
             return greedy(x)
         if seq.generator is None:
             seq.generator = make_generator(p)
-        return sample(x, p.temperature, seq.generator)
+        return sample(x, p, seq.generator)

@@ -26,11 +26,12 @@ import numpy as np
 
 from localinfer.engine.sampler import (
     draw,
-    filtered,
     greedy,
     has_penalty,
+    kept,
     last_tokens,
     make_generator,
+    penalized,
     plain_greedy,
     probabilities,
 )
@@ -53,24 +54,33 @@ def verify(rows: np.ndarray, seq: Sequence, guesses: list[int]) -> list[int]:
         seq.generator = make_generator(p)
     out: list[int] = []
     for j in range(k + 1):
-        x = filtered(rows[j], p, last_tokens(recent + out, p.penalty_last_n))
+        x = penalized(rows[j], p, last_tokens(recent + out, p.penalty_last_n))
         guess = guesses[j] if j < k else None
         if p.greedy:
             token = greedy(x)
         else:
-            token = _rejection_sample(probabilities(x, p.temperature), guess, seq.generator)
+            ids, v = kept(x, p)
+            token = _rejection_sample(ids, probabilities(v, p.temperature), guess,
+                                      seq.generator)
         out.append(token)
         if token != guess:
             return out
     return out
 
 
-def _rejection_sample(probs: np.ndarray, guess: int | None, rng: np.random.Generator) -> int:
+def _rejection_sample(ids: np.ndarray, probs: np.ndarray, guess: int | None,
+                      rng: np.random.Generator) -> int:
     """Accept the guess with probability p(guess), else draw from p without it; no guess
-    (the bonus position): a plain draw."""
+    (the bonus position): a plain draw.  ids (ascending) are the tokens the filters kept and
+    probs their probabilities; a guess among none of them has p = 0."""
     if guess is None:
-        return draw(probs, rng)
-    if rng.random() < probs[guess]:
+        return int(ids[draw(probs, rng)])
+    at = int(np.searchsorted(ids, guess))
+    found = at < ids.shape[0] and ids[at] == guess
+    if rng.random() < (probs[at] if found else 0.0):
         return guess
-    probs[guess] = 0.0
-    return draw(probs, rng)
+    if found:
+        if ids.shape[0] == 1:  # p(guess) was 1 (to rounding): nothing else to draw
+            return guess
+        probs[at] = 0.0
+    return int(ids[draw(probs, rng)])
