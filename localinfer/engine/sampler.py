@@ -57,8 +57,8 @@ def candidates(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens whose logit is at least the k-th largest (ties at the k-th are all kept, as
-    llama.cpp's sort keeps an arbitrary one of them; k <= 0 or >= the vocabulary: all)."""
+    """The tokens whose logit is at least the k-th largest: every tie at the k-th stays
+    (llama.cpp's sort keeps an arbitrary one of them); k <= 0 or >= the vocabulary: all."""
     if not 0 < k < x.shape[0]:
         return candidates(x)
     kth = np.partition(x, -k)[-k]
