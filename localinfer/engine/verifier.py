@@ -72,15 +72,13 @@ def _rejection_sample(ids: np.ndarray, probs: np.ndarray, guess: int | None,
                       rng: np.random.Generator) -> int:
     """Accept the guess with probability p(guess), else draw from p without it; no guess
     (the bonus position): a plain draw.  ids (ascending) are the tokens the filters kept and
-    probs their probabilities; a guess among none of them has p = 0."""
+    probs their probabilities; a guess that is not among them has p = 0."""
     if guess is None:
         return int(ids[draw(probs, rng)])
     at = int(np.searchsorted(ids, guess))
     found = at < ids.shape[0] and ids[at] == guess
     if rng.random() < (probs[at] if found else 0.0):
         return guess
-    if found:
-        if ids.shape[0] == 1:  # p(guess) was 1 (to rounding): nothing else to draw
-            return guess
+    if found:  # p(guess) < 1, so another kept token has p > 0
         probs[at] = 0.0
     return int(ids[draw(probs, rng)])
