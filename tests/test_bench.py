@@ -17,7 +17,8 @@ from localinfer.bench.plan import AGGREGATE_COUNTS, STRUCTURED_COUNTS, BenchPlan
 from localinfer.errors import LocalInferError
 
 METRICS = [  # and aggregate_tps_N for each --aggregate count
-    "prefill_tps", "decode_tps", "decode_tps_pos1000", "ttft_s", "peak_rss_mb_single", "peak_rss_mb_batch", "start_cold_s", "start_warm_s",
+    "prefill_tps", "decode_tps", "decode_tps_pos1000", "ttft_s", "peak_rss_mb_single",
+    "peak_rss_mb_batch", "start_cold_s", "start_warm_s",
 ]
 
 

@@ -28,7 +28,6 @@ the same cores anyway.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import queue
 import threading
@@ -101,9 +100,8 @@ class KernelThread:
 
 def _release_team() -> None:
     """Free the calling thread's OpenMP team (OpenMP 5.0; a no-op where libgomp lacks it)."""
-    name = ctypes.util.find_library("gomp")
-    try:
-        lib = ctypes.CDLL(name or "libgomp.so.1", mode=getattr(os, "RTLD_NOLOAD", 0))
+    try:  # the copy Numba's OpenMP layer loaded (RTLD_NOLOAD: none, where it loaded none)
+        lib = ctypes.CDLL("libgomp.so.1", mode=getattr(os, "RTLD_NOLOAD", 0))
         pause = lib.omp_pause_resource_all
     except (OSError, AttributeError):  # not loaded (no team to free), or too old
         return
