@@ -195,6 +195,7 @@ def test_a_replica_killed_mid_load_loses_no_request_that_had_not_started(cluster
         chat(cluster, f"Before {i}: {SYSTEM}", "Hi")
     assert metric_replicas(cluster) == set(pids)
     results: dict[int, tuple[str | None, int, str | None]] = {}
+    streaming: dict[int, tuple[str, int]] = {}  # streams under way: (replica, tokens so far)
     first_tokens = threading.Event()
 
     def stream(i: int) -> None:
@@ -208,16 +209,21 @@ def test_a_replica_killed_mid_load_loses_no_request_that_had_not_started(cluster
                 for chunk in raw.parse():
                     if chunk.choices and chunk.choices[0].delta.content:
                         tokens += 1
+                        streaming[i] = (replica, tokens)
                         first_tokens.set()
         except openai.APIError as exc:
             error = str(exc)
+        streaming.pop(i, None)
         results[i] = (replica, tokens, error)
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(stream, i) for i in range(16)]
         assert first_tokens.wait(120)
         time.sleep(0.5)
-        victim = next(iter(pids))
+        # the replica of the stream furthest from its end, so the kill finds it mid-way (the
+        # first replica listed had sometimes finished its streams within the 0.5 s)
+        under_way = sorted((n, r) for r, n in list(streaming.values()) if r in pids)
+        victim = under_way[0][1] if under_way else next(iter(pids))
         os.kill(pids[victim], signal.SIGKILL)
         for f in futures:
             f.result(timeout=300)
