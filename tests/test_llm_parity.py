@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parity_checks import kl_per_position, lead, row_leads
 
 from localinfer import LLM, SamplingParams
 
@@ -39,17 +40,6 @@ def llm(smollm2_path: Path):
         yield model
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
-def lead(row: np.ndarray) -> float:
-    top2 = np.partition(row, -2)[-2:]
-    return float(top2[1] - top2[0])
-
-
 def test_teacher_forced_logits_match_llamacpp(llm: LLM, llama_ref) -> None:
     tokens = llama_ref.tokenize(TEXT.encode(), add_bos=False, special=True)
     assert len(tokens) >= 501
@@ -58,9 +48,8 @@ def test_teacher_forced_logits_match_llamacpp(llm: LLM, llama_ref) -> None:
     llama_ref.eval(tokens)
     ref = np.array(llama_ref.scores[: len(tokens)], dtype=np.float32)
     assert ours.shape == ref.shape
-    lp_ref, lp_ours = log_softmax(ref), log_softmax(ours)
-    kl = (np.exp(lp_ref) * (lp_ref - lp_ours)).sum(axis=-1)
-    confident = np.array([lead(r) >= 0.5 for r in ref])
+    kl = kl_per_position(ref, ours)
+    confident = row_leads(ref) >= 0.5
     same_top1 = ref.argmax(-1) == ours.argmax(-1)
     mismatches = np.flatnonzero(confident & ~same_top1)
     print(f"positions {len(tokens)}, mean KL {kl.mean():.2e}, top-1 agreement {same_top1.mean():.4f}")

@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("numba")
 
+from parity_checks import kl_per_position, lead, row_leads  # noqa: E402
 from test_numba_parity import make_batch, run_chunks  # noqa: E402
 from test_numba_quant_parity import perturbed_copy  # noqa: E402
 
@@ -56,9 +57,8 @@ def gemma_floor(gemma3_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def compare(ref: np.ndarray, other: np.ndarray) -> tuple[float, list[int]]:
     """-> (mean KL(ref || other), positions where ref leads by >= 0.5 and top-1s differ)."""
-    lr, lo = log_softmax(ref), log_softmax(other)
-    kl = (np.exp(lr) * (lr - lo)).sum(axis=1)
-    confident = np.array([lead(r) >= 0.5 for r in ref])
+    kl = kl_per_position(ref, other)
+    confident = row_leads(ref) >= 0.5
     same = ref.argmax(1) == other.argmax(1)
     return float(kl.mean()), np.flatnonzero(confident & ~same).tolist()
 
@@ -84,17 +84,6 @@ def gemma_runner(request, gemma3_path: Path):
     yield r
     r.close()
     g.close()
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def lead(row: np.ndarray) -> float:
-    top2 = np.partition(row, -2)[-2:]
-    return float(top2[1] - top2[0])
 
 
 @pytest.mark.slow

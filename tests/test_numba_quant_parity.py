@@ -40,6 +40,7 @@ pytest.importorskip("numba")
 llama_cpp = pytest.importorskip("llama_cpp")
 
 from gguf import GGUFValueType, GGUFWriter  # noqa: E402
+from parity_checks import kl_per_position, lead, row_leads  # noqa: E402
 from quant_fixtures import llama_quantize, write_f16_gguf  # noqa: E402
 from test_numba_parity import make_batch, run_chunks  # noqa: E402
 
@@ -226,27 +227,15 @@ def compare(ref: tuple, logits: np.ndarray, greedy: list[int], confident: float 
     """Parity numbers of (logits, greedy) against llama.cpp's outputs `ref`; top1_n counts the
     top-1 mismatches where llama.cpp leads by >= `confident`."""
     _, ref_logits, _, ref_greedy, leads = ref
-    ref_leads = np.array([lead(r) for r in ref_logits])
+    ref_leads = row_leads(ref_logits)
     differ = ref_logits.argmax(1) != logits.argmax(1)
-    lr, lo = log_softmax(ref_logits), log_softmax(logits)
-    kl = (np.exp(lr) * (lr - lo)).sum(axis=1)
+    kl = kl_per_position(ref_logits, logits)
     first = next((i for i, (a, b) in enumerate(zip(greedy, ref_greedy, strict=True)) if a != b),
                  N_GREEDY)
     return {"kl": float(kl.mean()), "kl_max": float(kl.max()),
             "top1_lead": float(ref_leads[differ].max(initial=0.0)),
             "top1_n": int((differ & (ref_leads >= confident)).sum()),
             "greedy": first, "greedy_lead": leads[first] if first < N_GREEDY else 0.0}
-
-
-def lead(row: np.ndarray) -> float:
-    top2 = np.partition(row, -2)[-2:]
-    return float(top2[1] - top2[0])
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
 def check_types(path: Path, expect: dict[str, set[str]]) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("numba")
 
+from parity_checks import kl_per_position, lead, row_leads  # noqa: E402
 from test_numba_parity import make_batch, run_chunks  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -54,17 +55,6 @@ def qwen_runner(request, qwen2_path: Path):
     g.close()
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
-
-
-def lead(row: np.ndarray) -> float:
-    top2 = np.partition(row, -2)[-2:]
-    return float(top2[1] - top2[0])
-
-
 def test_teacher_forced_logits_match_llama_cpp(qwen_runner, qwen_ref) -> None:
     tokens = qwen_ref.tokenize(TEXT.encode(), add_bos=False, special=True)[:N_TOKENS]
     assert len(tokens) == N_TOKENS
@@ -72,10 +62,9 @@ def test_teacher_forced_logits_match_llama_cpp(qwen_runner, qwen_ref) -> None:
     qwen_ref.reset()
     qwen_ref.eval(tokens)
     ref = np.array(qwen_ref.scores[:N_TOKENS], dtype=np.float32)
-    confident = np.array([lead(r) >= 0.5 for r in ref])
+    confident = row_leads(ref) >= 0.5
     same = ref.argmax(1) == ours.argmax(1)
-    lr, lo = log_softmax(ref), log_softmax(ours)
-    kl = (np.exp(lr) * (lr - lo)).sum(axis=1)
+    kl = kl_per_position(ref, ours)
     print(f"{qwen_runner.isa}: mean KL {kl.mean():.2e}, max {kl.max():.2e}, "
           f"top-1 agreement {same.mean():.4f}")
     mismatch = np.flatnonzero(confident & ~same)

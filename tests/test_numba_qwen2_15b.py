@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("numba")
 llama_cpp = pytest.importorskip("llama_cpp")
 
+from parity_checks import kl_per_position, lead, row_leads  # noqa: E402
 from test_numba_parity import make_batch, run_chunks  # noqa: E402
-from test_numba_qwen2 import lead, log_softmax  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -68,10 +68,9 @@ def test_qwen2_15b_matches_llama_cpp(qwen2_15b_path: Path) -> None:
         runner.close()
         g.close()
 
-    confident = np.array([lead(r) >= 0.5 for r in ref_logits])
+    confident = row_leads(ref_logits) >= 0.5
     same = ref_logits.argmax(1) == ours.argmax(1)
-    lr, lo = log_softmax(ref_logits), log_softmax(ours)
-    kl = (np.exp(lr) * (lr - lo)).sum(axis=1)
+    kl = kl_per_position(ref_logits, ours)
     first = next((i for i, (a, b) in enumerate(zip(greedy, ref_greedy, strict=True)) if a != b),
                  N_GREEDY)
     print(f"qwen2.5-coder-1.5b {isa}: mean KL {kl.mean():.2e}, max {kl.max():.2e}, top-1 "
