@@ -130,7 +130,7 @@ def test_token_logprob_matches_log_softmax():
     row = rng.standard_normal(100).astype(np.float32)
     ref = row.astype(np.float64) - np.log(np.exp(row.astype(np.float64)).sum())
     lp = token_logprob(row, 7, 5)
-    assert lp.token_id == 7 and abs(lp.logprob - ref[7]) < 1e-9
+    assert lp.token_id == 7 and abs(lp.logprob - ref[7]) < 1e-6  # float32 exponentials
     assert [i for i, _ in lp.top] == list(np.argsort(-ref)[:5])
     assert np.allclose([v for _, v in lp.top], np.sort(ref)[::-1][:5])
     assert token_logprob(row, 7, 0).top == []
