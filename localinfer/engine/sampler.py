@@ -119,7 +119,8 @@ def token_logprob(row: np.ndarray, token: int, k: int) -> TokenLogprob:
     lse = m + math.log(float(np.exp(x - np.float32(m)).sum(dtype=np.float64)))
     top: list[tuple[int, float]] = []
     if k > 0:
-        ids = np.argpartition(x, x.shape[0] - k)[x.shape[0] - k:]
+        rest = x.shape[0] - k  # the ids below the k largest
+        ids = np.argpartition(x, rest)[rest:]
         ids = ids[np.lexsort((ids, -x[ids]))]  # most likely first, ties by id
         top = [(int(i), float(x[i]) - lse) for i in ids]
     return TokenLogprob(token, float(x[token]) - lse, top)
