@@ -100,6 +100,8 @@ def runner(request, smollm2_path):
     r = NumbaModelRunner(g, ModelConfig.from_gguf(g), num_blocks=160, block_size=BLOCK,
                          threads=2, isa=isa)
     assert r.isa == isa
+    # speculation fills 4-token groups where vpdpbusd makes them cheap (isa.Isa.token_group)
+    assert r.token_group == (4 if isa == "avx512" or (isa == "avx2" and r._isa.vnni) else 1)
     yield r
     r.close()
     g.close()

@@ -36,6 +36,15 @@ VECTOR = [_vector_isa("avx512", None, ()), _vector_isa("avx2", True, ("avxvnni",
 ATTENTION = [_vector_isa("avx512", None, ()), _vector_isa("avx2", None, ())]
 
 
+def test_token_group_per_path():
+    """The vpdpbusd paths take speculative guesses in groups of 4 tokens, the others one
+    by one (ModelRunner.token_group)."""
+    assert Isa("avx512").token_group == 4
+    assert Isa("avx2", vnni=True).token_group == 4
+    assert Isa("avx2", vnni=False).token_group == 1
+    assert Isa("neon").token_group == Isa("generic").token_group == 1
+
+
 def test_forced_isa_names(monkeypatch):
     assert resolve_isa("generic") == "generic"
     monkeypatch.setenv("LOCALINFER_ISA", "generic")

@@ -327,6 +327,43 @@ def test_adaptive_k_pauses_under_constant_rejection_and_probes_again():
     assert state.want() == 2
 
 
+def test_adaptive_k_fills_the_runners_token_groups_for_a_cheap_proposer():
+    """With token_group 4, 1 + k is rounded up to a multiple of 4 (within K): the guesses a
+    step of 4 tokens computes cost no more than one guess would. A draft is never rounded."""
+    state = AdaptiveK(8, group=4)
+    assert state.want() == 8  # 9 would round to 12: K caps it
+    state.record(8, 3)
+    assert state.k == 4 and state.want() == 7  # 5 tokens -> 8
+    state.record(7, 0)
+    assert state.k == 1 and state.want() == 3  # 2 tokens -> 4
+    state.record(3, 3)
+    assert state.k == 2 and state.want() == 3  # k doubles; 3 tokens -> 4 again
+    state.record(3, 3)
+    assert state.k == 4 and state.want() == 7
+    assert AdaptiveK(8, group=1, k=1).want() == 1
+    dear = AdaptiveK(8, dear=True, group=4, k=1)
+    assert dear.want() == 1  # a guess more is a draft's forward pass more
+
+
+def test_speculator_sizes_guesses_to_the_runners_token_group():
+    from localinfer.engine.speculator import Speculator
+
+    tokens = list(range(1, 30)) + list(range(1, 10))  # the tail 7 8 9 recurs: 10.. follow
+    for group, after_miss in ((1, [10]), (4, [10, 11, 12])):
+        speculator = Speculator(NgramProposer(), 8, token_group=group)
+        seq = Sequence(0, "r0", tokens, SamplingParams(max_tokens=50))
+        (_, guesses), = speculator.propose([seq], 16, 1000)
+        assert guesses == list(range(10, 18))
+        speculator.record(seq, 8, 0)  # all rejected: k drops to 1
+        assert speculator.propose([seq], 16, 1000) == [(seq, after_miss)]
+    # the engine hands the runner's group to its speculator
+    runner = FakeRunner(16, 4)
+    runner.token_group = 4
+    engine = LLMEngine(runner, FakeTokenizer(), EngineConfig(block_size=4, num_blocks=16,
+                                                              **SPEC), FakeDetokenizer)
+    assert engine.speculator is not None and engine.speculator.token_group == 4
+
+
 def test_a_drafts_probe_that_loses_pauses_again_at_once():
     state = AdaptiveK(8, dear=True)
     for _ in range(MISSES_TO_PAUSE):

@@ -135,6 +135,17 @@ class Isa:
         else:
             self.vnni = name == "avx512"
 
+    @property
+    def token_group(self) -> int:
+        """ModelRunner.token_group on this path.  With vpdpbusd (avx512, avx2 + VNNI) a step
+        of 4 tokens costs less than one of 3 (Qwen2.5-Coder-1.5B, 2 cores of a Zen 5, tokens
+        1-4 over 1: AVX-512 1.00/1.11/1.22/1.09x, avx2 + VNNI 1.00/1.40/1.60/1.48x): the
+        first 4-row pass over a tile hides its work under the weights' reads, where a
+        remainder of 2-3 rows takes a 1-row pass each.  On the vpmaddubsw pair 4 rows cost
+        what 3 do (1.27/1.65/1.58x) and guesses filled up to 4 measured no better; generic and
+        neon are not measured: 1."""
+        return 4 if self.vnni else 1
+
     def __repr__(self) -> str:
         return f"Isa({self.name!r}, vnni={self.vnni})"
 

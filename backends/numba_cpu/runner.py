@@ -77,6 +77,7 @@ class NumbaModelRunner(ModelRunner):
                                           "n_ff to be multiples of 16")
             self.isa = "generic"
         self._isa = Isa(self.isa)
+        self.token_group = self._isa.token_group  # 4 on the vpdpbusd paths (isa.py)
         weight_types = sorted({t.type_name for t in gguf.tensors.values()})
         self._compile_notice = CompileNotice(c.arch, self.isa, *weight_types, enabled=progress)
         # weights_from_cache: mapped from the repacked-weight cache rather than repacked

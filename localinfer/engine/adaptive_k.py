@@ -14,6 +14,12 @@ only as far as its recent guesses held:
   nothing or when the running gain (an average over the last few verifications) has fallen
   below zero (below MARGIN for a draft model), so a draft whose single accepted guesses only
   pay back the rejected rounds' cost also counts as losing;
+- a cheap proposer's k is rounded up (within K) so that the sequence's 1 + k tokens fill the
+  runner's token groups (ModelRunner.token_group: 4 on the Numba vpdpbusd paths, where a
+  step of 4 tokens costs about what one of 2 does and less than one of 3): one guess becomes
+  three and five become seven, and after a rejection the copying run is found again in
+  fewer steps (3 -> 3 -> 7 -> K guesses instead of 1 -> 2 -> 4 -> K); a draft model pays
+  a forward pass per guess, so its k is never rounded;
 - after MISSES_TO_PAUSE losses in a row, the sequence stops guessing for `backoff` of its
   steps (k = 0; a draft model's first pause is DRAFT_MIN_BACKOFF), then probes again with
   one guess (a draft's probe that loses pauses it again at once); each pause is twice as long
@@ -59,6 +65,7 @@ class AdaptiveK:
     verifications: int = 0
     net: float = 0.0  # running gain per verification (tokens beyond their cost), an average
     probing: bool = False  # the verifications since a pause have not paid yet
+    group: int = 1  # the runner's token_group: 1 + k is rounded up to a multiple of it
 
     def __post_init__(self) -> None:
         if self.k < 0:
@@ -75,7 +82,9 @@ class AdaptiveK:
         if self.paused:
             self.paused -= 1
             return 0
-        return self.k
+        if self.group <= 1 or self.dear:
+            return self.k
+        return min(self.max_k, -(-(self.k + 1) // self.group) * self.group - 1)
 
     def record(self, proposed: int, accepted: int, proposer_steps: float = 0.0,
                guess_cost: float = VERIFY_COST) -> None:

@@ -121,7 +121,8 @@ class LLMEngine:
                                      config.draft_backend_options)
             self.speculator = Speculator(proposer,
                                          config.num_speculative_tokens,
-                                         config.speculative_max_decodes)
+                                         config.speculative_max_decodes,
+                                         runner.token_group)
             self.scheduler.speculator = self.speculator
             self.block_manager.on_truncate = runner.rollback
         self.sampler = Sampler()

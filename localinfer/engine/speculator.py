@@ -12,7 +12,8 @@ loss. The rules, applied after the scheduler has placed every decode and prefill
 - no guesses in a step with more than `max_decodes` decoding sequences (default 4, so at 16
   concurrent streams speculation never runs and never lowers throughput);
 - guesses take only the step's leftover token budget and free KV blocks, and never preempt;
-- a sequence guesses at most its AdaptiveK's k (adaptive_k.py), at most what max_tokens and
+- a sequence guesses at most its AdaptiveK's k (adaptive_k.py: rounded to the runner's token
+  groups for a cheap proposer), at most what max_tokens and
   the context leave after the token it samples anyway;
 - a sequence stops guessing for a while once its verifications keep accepting fewer tokens
   than they cost (adaptive_k.py): the proposer's time is measured per call and weighed
@@ -37,9 +38,10 @@ DEFAULT_MAX_DECODES = 4
 
 class Speculator:
     def __init__(self, proposer: Proposer, num_speculative_tokens: int,
-                 max_decodes: int = DEFAULT_MAX_DECODES) -> None:
+                 max_decodes: int = DEFAULT_MAX_DECODES, token_group: int = 1) -> None:
         self.proposer = proposer
         self.max_k = num_speculative_tokens
+        self.token_group = token_group  # the runner's (ModelRunner.token_group)
         self.max_decodes = max_decodes
         self.proposed_tokens = 0
         self.accepted_tokens = 0
@@ -65,7 +67,8 @@ class Speculator:
             if budget < 1:
                 break
             if seq.adaptive_k is None:
-                seq.adaptive_k = AdaptiveK(self.max_k, dear=self.proposer.runs_a_model)
+                seq.adaptive_k = AdaptiveK(self.max_k, dear=self.proposer.runs_a_model,
+                                           group=self.token_group)
             params = seq.sampling_params
             k = min(seq.adaptive_k.want(), budget,
                     params.max_tokens - seq.num_output_tokens - 1,
