@@ -42,11 +42,9 @@ class ModelRunner(ABC):
     # rollback() drops the rejected ones. A runner whose K/V live at the engine's slot mapping
     # has nothing to drop (the default); one that keeps K/V of its own must implement rollback
     supports_speculation: ClassVar[bool] = True
-    # a step's cost rises in groups of this many tokens per sequence: the Numba kernels pass
-    # activation rows over a weight tile four at a time, and where that pass hides under the
-    # weight reads a step of 4 tokens costs less than one of 3 (Qwen2.5-Coder-1.5B, AVX-512:
-    # 1, 2, 3, 4 tokens 1.00/1.11/1.22/1.09x). A cheap proposer's guesses are then sized so a
-    # sequence's 1 + k tokens fill whole groups (engine/adaptive_k.py); 1: every token counts
+    # a step's cost rises in groups of this many tokens per sequence (the Numba runner's
+    # vpdpbusd paths: 4, measured in its isa.py); a cheap proposer's guesses are then sized so
+    # a sequence's 1 + k tokens fill whole groups (engine/adaptive_k.py); 1: every token counts
     token_group: int = 1
 
     def __init__(
